@@ -1,16 +1,23 @@
 """Kafka test fixtures: librdkafka's mock cluster on loopback (one per session, a fresh
-6-partition topic per test), and an event loop thread for the async stages."""
+6-partition topic per test), a fresh 6-partition topic on the suite's real broker
+(``broker_topic``), and an event loop thread for the async stages."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from collections.abc import Iterator
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from kafka_doubles import Topic
 from kafka_mock_cluster import MockCluster
+from support.kafka_server import KafkaServer
 
 from otel_eval.base.aio import LoopThread
+from otel_eval.base.kafka.client import client_kwargs
+from otel_eval.base.kafka.config import KafkaConfig
 
 _topics = itertools.count()
 
@@ -38,3 +45,24 @@ def loop() -> Iterator[LoopThread]:
     thread.start()
     yield thread
     thread.shutdown(5.0)
+
+
+async def _admin(bootstrap: str, action: Callable[[AIOKafkaAdminClient], Awaitable[object]]
+                 ) -> None:
+    admin = AIOKafkaAdminClient(**client_kwargs(KafkaConfig(brokers=bootstrap)))
+    await admin.start()
+    try:
+        await action(admin)
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+def broker_topic(kafka_server: KafkaServer) -> Iterator[Topic]:
+    """A fresh 6-partition topic on the suite's real broker (librdkafka's mock cluster cannot
+    run a two-member aiokafka group), deleted after the test."""
+    bootstrap = kafka_server.bootstrap
+    name = f"otel_eval_group_{uuid.uuid4().hex[:10]}"
+    asyncio.run(_admin(bootstrap, lambda a: a.create_topics([NewTopic(name, 6, 1)])))
+    yield Topic(name, bootstrap, 6)
+    asyncio.run(_admin(bootstrap, lambda a: a.delete_topics([name])))

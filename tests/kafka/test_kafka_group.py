@@ -1,6 +1,6 @@
 """Group rebalancing with two members, against the suite's real Kafka broker
-(``kafka_server``: tests/support/kafka_server.py; the test creates and deletes its own
-6-partition topic).
+(``kafka_server``: tests/support/kafka_server.py; ``broker_topic``, conftest.py, creates
+and deletes its own 6-partition topic).
 
 librdkafka's mock cluster cannot run a two-member aiokafka group (it refuses a follower's
 SyncGroup that arrives after the leader's: see the ``otel_eval.receive.kafka.assignment``
@@ -14,42 +14,16 @@ skips the stored ones; in the end every record is committed.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from kafka_doubles import FakeEngine, Topic, WatchedStats, produce_traces
-from support.kafka_server import KafkaServer
 from support.poll import poll_async
 
-from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.receive.kafka.consumer import KafkaConsumerStage
 
 pytestmark = pytest.mark.kafka_broker
-
-
-async def _admin(bootstrap: str, action: Callable[[AIOKafkaAdminClient], Awaitable[object]]
-                 ) -> None:
-    from otel_eval.base.kafka.config import KafkaConfig
-
-    admin = AIOKafkaAdminClient(**client_kwargs(KafkaConfig(brokers=bootstrap)))
-    await admin.start()
-    try:
-        await action(admin)
-    finally:
-        await admin.close()
-
-
-@pytest.fixture
-def broker_topic(kafka_server: KafkaServer) -> Iterator[Topic]:
-    bootstrap = kafka_server.bootstrap
-    name = f"otel_eval_group_{uuid.uuid4().hex[:10]}"
-    asyncio.run(_admin(bootstrap, lambda a: a.create_topics([NewTopic(name, 6, 1)])))
-    yield Topic(name, bootstrap, 6)
-    asyncio.run(_admin(bootstrap, lambda a: a.delete_topics([name])))
 
 
 async def committed_total(topic: Topic) -> int:

@@ -38,11 +38,18 @@ Promises:
 - a record that is not an OTLP request (poison) is counted with a reason, marked done and
   skipped: it never stalls its partition;
 - backpressure, per topic: with ``max_inflight_records`` of a topic's records taken and not
-  stored, or while the engine throttles that signal, that topic's partitions are paused
-  (nothing buffered without bound); resumed at half. Log records whose spans never come are
-  in flight until ``assembly.idle_timeout_s``: counted with the spans' they paused the spans
-  topic too (a clean trace took 18.1 s instead of 1.3 s); now they pause only the logs topic,
-  and a throttled logs record waits in a retry queue of its own;
+  stored, that topic's partitions are paused (nothing buffered without bound); resumed at
+  half. Log records whose spans never come are in flight until ``assembly.idle_timeout_s``:
+  counted with the spans' they paused the spans topic too (a clean trace took 18.1 s instead
+  of 1.3 s); now they pause only the logs topic;
+- a record the engine throttles (refused, nothing taken) holds only its own partition: it and
+  the records fetched behind it wait in that partition's retry queue, in offset order, and
+  the partition is paused until the queue is empty (so a queue holds at most one fetch);
+  the other partitions go on. Kafka commits in order per partition, so a record is never
+  skipped, and the collector's exporter (``partition_traces_by_id``) keeps a trace on one
+  partition, so its records keep their order. A retry queue per topic held every later
+  record of the topic behind one refused record, from any partition: with
+  ``max_service_share``, one service past its share locked every other service out;
 - on revocation the worker stops taking the partition's records and commits what is done;
   the engine forgets the partition's runs still open that no kept partition fed too,
   unjudged (``Engine.hand_over``: a
@@ -118,11 +125,13 @@ class KafkaConsumerStage:
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.stop_timeouts: list[str] = []  # the waits the last shutdown's deadline cut
-        # records the engine throttled, per signal (logs: True), retried in order; a throttled
-        # logs record must not hold the spans behind it
-        self._retries: dict[bool, deque[tuple[TopicPartition, Decoded, Ticket[TopicPartition]]]
-                            ] = {False: deque(), True: deque()}
-        self._paused: set[bool] = set()  # the signals whose partitions are paused
+        # records the engine throttled and those behind them, per partition (never empty),
+        # retried in offset order; a refused record holds no other partition's records
+        self._retries: dict[TopicPartition,
+                            deque[tuple[Decoded, Ticket[TopicPartition]]]] = {}
+        # the signals (logs: True) whose partitions are paused for max_inflight_records
+        self._paused: set[bool] = set()
+        self._pausing = False  # whether any partition is paused (the ``paused`` metric)
         self._drained = asyncio.Event()
         self._last_commit = 0.0
 
@@ -243,9 +252,9 @@ class KafkaConsumerStage:
         if work is None:  # poison, or nothing in it for the engine
             self._done(ticket)
             return
-        retry = self._retries[work.signal == "logs"]
-        if retry or not self._submit(tp, work, ticket):
-            retry.append((tp, work, ticket))  # keep per-partition order
+        if tp in self._retries or not self._submit(tp, work, ticket):
+            # keep the partition's order: behind its refused record (the partition is paused)
+            self._retries.setdefault(tp, deque()).append((work, ticket))
 
     def _decode(self, tp: TopicPartition, offset: int, value: bytes | None) -> Decoded | None:
         """The record decoded for the engine; None when it holds nothing for it (poison,
@@ -297,15 +306,17 @@ class KafkaConsumerStage:
                 self._done(finished)
 
     def _retry_throttled(self) -> None:
-        for retry in self._retries.values():
+        for tp, retry in list(self._retries.items()):
             while retry:
-                tp, work, ticket = retry[0]
+                work, ticket = retry[0]
                 if ticket.epoch != self.tracker.epoch(tp):
                     retry.popleft()  # partition revoked meanwhile: new owner replays
                     continue
                 if not self._submit(tp, work, ticket):
                     break
                 retry.popleft()
+            if not retry:
+                del self._retries[tp]
 
     def _retrying(self) -> int:
         return sum(len(r) for r in self._retries.values())
@@ -320,23 +331,26 @@ class KafkaConsumerStage:
 
     def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
         """Per signal: a topic's partitions paused while its records in flight reach
-        ``max_inflight_records`` or the engine throttles it, resumed at half."""
+        ``max_inflight_records``, resumed at half; and a partition paused while it has
+        records waiting for a retry (only that partition)."""
         cfg = self.config
         parts = consumer.assignment()
-        before = bool(self._paused)
         for logs in (False, True):
-            mine = [tp for tp in parts if self._is_logs(tp) == logs]
-            inflight = sum(self.tracker.inflight(tp) for tp in mine)
-            retry = bool(self._retries[logs])
-            if logs not in self._paused and (inflight >= cfg.max_inflight_records or retry):
-                consumer.pause(*mine)
+            inflight = sum(self.tracker.inflight(tp) for tp in parts
+                           if self._is_logs(tp) == logs)
+            if logs not in self._paused and inflight >= cfg.max_inflight_records:
                 self._paused.add(logs)
-            elif (logs in self._paused and not retry
-                  and inflight <= cfg.max_inflight_records // 2):
-                consumer.resume(*mine)
+            elif logs in self._paused and inflight <= cfg.max_inflight_records // 2:
                 self._paused.discard(logs)
-        if bool(self._paused) != before:
-            self.metrics.paused(not before)
+        want = {tp for tp in parts if self._is_logs(tp) in self._paused or tp in self._retries}
+        have = consumer.paused() & parts
+        if want - have:
+            consumer.pause(*(want - have))
+        if have - want:
+            consumer.resume(*(have - want))
+        if bool(want) != self._pausing:
+            self._pausing = bool(want)
+            self.metrics.paused(self._pausing)
 
     def _report_lag(self, consumer: AIOKafkaConsumer) -> None:
         for tp in consumer.assignment():
@@ -416,8 +430,7 @@ class KafkaConsumerStage:
             pos = self.tracker.revoke(tp)
             if pos is not None:
                 final[tp] = pos
-        self._retries = {logs: deque(r for r in retry if r[0] not in revoked)
-                         for logs, retry in self._retries.items()}
+        self._retries = {tp: r for tp, r in self._retries.items() if tp not in revoked}
         await self._commit(final)
         for tp in revoked:  # its new owner reports them
             self.metrics.released(tp.partition, self._kind(tp))
