@@ -141,6 +141,7 @@ class IngestResult:
     message: str = ""
 
     signal: Literal["traces", "logs"] = "traces"
+    reason: str = ""  # why it was throttled (``Admission.throttled``)
 
     def response(self) -> ExportTraceServiceResponse | ExportLogsServiceResponse:
         n = sum(self.rejected.values())
@@ -241,7 +242,8 @@ class Ingest:
         if adm.throttled is not None:
             account.throttled(adm.throttled)
             return IngestResult("throttled", message=f"otel-eval is at capacity "
-                                f"({adm.throttled}); retry later", signal=decoded.signal)
+                                f"({adm.throttled}); retry later", signal=decoded.signal,
+                                reason=adm.throttled)
         rejected = decoded.rejected + adm.rejected
         if logs:
             account.log_records_ingested(adm.accepted, decoded.ignored + adm.ignored, rejected)

@@ -75,7 +75,7 @@ def test_a_record_stored_after_the_consumers_loop_closed_is_not_raised_into_the_
     tp = TopicPartition("t", 0)
     tid = "b" * 32
     work = Decoded("traces", [Span(tid, "1" * 16, None, "invoke_agent", 1, 2)], Counter())
-    assert stage._submit(tp, work, Ticket(tp, 0, 0))
+    assert stage._submit(tp, work, Ticket(tp, 0, 0)) == ""  # taken: no refusal
     loop.close()  # the stage stopped before the engine stored the record
     engine.on_stored[0]()  # before: RuntimeError("Event loop is closed") in the engine
     assert stage.tracker.committable() == {}

@@ -42,14 +42,13 @@ Promises:
   half. Log records whose spans never come are in flight until ``assembly.idle_timeout_s``:
   counted with the spans' they paused the spans topic too (a clean trace took 18.1 s instead
   of 1.3 s); now they pause only the logs topic;
-- a record the engine throttles (refused, nothing taken) holds only its own partition: it and
-  the records fetched behind it wait in that partition's retry queue, in offset order, and
-  the partition is paused until the queue is empty (so a queue holds at most one fetch);
-  the other partitions go on. Kafka commits in order per partition, so a record is never
-  skipped, and the collector's exporter (``partition_traces_by_id``) keeps a trace on one
-  partition, so its records keep their order. A retry queue per topic held every later
-  record of the topic behind one refused record, from any partition: with
-  ``max_service_share``, one service past its share locked every other service out;
+- a record the engine throttles (refused, nothing taken) waits in its partition's retry
+  queue (``retries``: one refused for its service's share holds only the later records of its
+  own traces, one refused for any other reason its partition), never skipped: the committed
+  position stays at it, with the records done past it in the commit metadata, as for a run
+  the engine holds open. A partition is paused while it is stalled, or while it has records
+  waiting and they reach ``max_poll_records`` (all partitions together) or it was read
+  ``min(max_inflight_records, offsets.MAX_DONE_RANGE)`` records past its position;
 - on revocation the worker stops taking the partition's records and commits what is done;
   the engine forgets the partition's runs still open that no kept partition fed too,
   unjudged (``Engine.hand_over``: a
@@ -69,7 +68,6 @@ import contextlib
 import logging
 import threading
 import time
-from collections import deque
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
@@ -84,8 +82,9 @@ from otel_eval.receive.kafka.assignment import (
     static_assignment,
     subscription,
 )
-from otel_eval.receive.kafka.offsets import OffsetTracker, Ticket, TraceGate
+from otel_eval.receive.kafka.offsets import MAX_DONE_RANGE, OffsetTracker, Ticket, TraceGate
 from otel_eval.receive.kafka.records import decode_value
+from otel_eval.receive.kafka.retries import Retries
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +124,9 @@ class KafkaConsumerStage:
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.stop_timeouts: list[str] = []  # the waits the last shutdown's deadline cut
-        # records the engine throttled and those behind them, per partition (never empty),
-        # retried in offset order; a refused record holds no other partition's records
-        self._retries: dict[TopicPartition,
-                            deque[tuple[Decoded, Ticket[TopicPartition]]]] = {}
+        # records the engine throttled, and those waiting behind them
+        self._retries: Retries[TopicPartition, tuple[Decoded, Ticket[TopicPartition]]] = \
+            Retries()
         # the signals (logs: True) whose partitions are paused for max_inflight_records
         self._paused: set[bool] = set()
         self._pausing = False  # whether any partition is paused (the ``paused`` metric)
@@ -252,9 +250,8 @@ class KafkaConsumerStage:
         if work is None:  # poison, or nothing in it for the engine
             self._done(ticket)
             return
-        if tp in self._retries or not self._submit(tp, work, ticket):
-            # keep the partition's order: behind its refused record (the partition is paused)
-            self._retries.setdefault(tp, deque()).append((work, ticket))
+        self._retries.offer(tp, work.trace_ids, (work, ticket),
+                            lambda r: self._submit(tp, *r))
 
     def _decode(self, tp: TopicPartition, offset: int, value: bytes | None) -> Decoded | None:
         """The record decoded for the engine; None when it holds nothing for it (poison,
@@ -275,8 +272,8 @@ class KafkaConsumerStage:
         return decoded
 
     def _submit(self, tp: TopicPartition, work: Decoded, ticket: Ticket[TopicPartition]
-                ) -> bool:
-        """Through the door; False when the engine throttled (nothing taken: retried)."""
+                ) -> str:
+        """Through the door; why the engine throttled it (nothing taken: retried), or ""."""
         loop = self._loop
         assert loop is not None
         trace_ids = work.trace_ids
@@ -293,10 +290,10 @@ class KafkaConsumerStage:
 
         res = self.ingest.admit(work, self.metrics, source="kafka", on_stored=on_stored)
         if res.outcome == "throttled":
-            return False
+            return res.reason or "throttled"
         # on_stored is drained on this loop later, so this comes first
         self.gate.submitted(ticket, trace_ids)
-        return True
+        return ""
 
     def _drain_stored(self) -> None:
         with self._stored_lock:
@@ -306,20 +303,11 @@ class KafkaConsumerStage:
                 self._done(finished)
 
     def _retry_throttled(self) -> None:
-        for tp, retry in list(self._retries.items()):
-            while retry:
-                work, ticket = retry[0]
-                if ticket.epoch != self.tracker.epoch(tp):
-                    retry.popleft()  # partition revoked meanwhile: new owner replays
-                    continue
-                if not self._submit(tp, work, ticket):
-                    break
-                retry.popleft()
-            if not retry:
-                del self._retries[tp]
+        self._retries.retry(lambda tp, r: self._submit(tp, *r),
+                            lambda tp, r: r[1].epoch == self.tracker.epoch(tp))
 
     def _retrying(self) -> int:
-        return sum(len(r) for r in self._retries.values())
+        return len(self._retries)
 
     def _done(self, ticket: Ticket[TopicPartition]) -> None:
         # Records waiting for a throttled retry were never taken by the engine: not awaited.
@@ -331,8 +319,9 @@ class KafkaConsumerStage:
 
     def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
         """Per signal: a topic's partitions paused while its records in flight reach
-        ``max_inflight_records``, resumed at half; and a partition paused while it has
-        records waiting for a retry (only that partition)."""
+        ``max_inflight_records``, resumed at half; and a partition stalled by a refusal, or
+        with records waiting when they reach ``max_poll_records`` (all partitions together)
+        or it was read ``min(max_inflight_records, MAX_DONE_RANGE)`` past its position."""
         cfg = self.config
         parts = consumer.assignment()
         for logs in (False, True):
@@ -342,7 +331,11 @@ class KafkaConsumerStage:
                 self._paused.add(logs)
             elif logs in self._paused and inflight <= cfg.max_inflight_records // 2:
                 self._paused.discard(logs)
-        want = {tp for tp in parts if self._is_logs(tp) in self._paused or tp in self._retries}
+        full = self._retrying() >= cfg.max_poll_records
+        ahead = min(cfg.max_inflight_records, MAX_DONE_RANGE)
+        want = {tp for tp in parts if self._is_logs(tp) in self._paused
+                or tp in self._retries.stalled
+                or (tp in self._retries and (full or self.tracker.ahead(tp) >= ahead))}
         have = consumer.paused() & parts
         if want - have:
             consumer.pause(*(want - have))
@@ -430,7 +423,7 @@ class KafkaConsumerStage:
             pos = self.tracker.revoke(tp)
             if pos is not None:
                 final[tp] = pos
-        self._retries = {tp: r for tp, r in self._retries.items() if tp not in revoked}
+        self._retries.drop(revoked)
         await self._commit(final)
         for tp in revoked:  # its new owner reports them
             self.metrics.released(tp.partition, self._kind(tp))

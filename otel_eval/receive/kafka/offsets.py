@@ -176,6 +176,14 @@ class OffsetTracker(Generic[P]):
         st = self._parts.get(partition)
         return st.position() if st else None
 
+    def ahead(self, partition: P) -> int:
+        """How many offsets past its position the partition was read (the offsets it holds
+        in memory, pending or done)."""
+        st = self._parts.get(partition)
+        pos = st.position() if st else None
+        return 0 if st is None or pos is None or st.next_offset is None \
+            else st.next_offset - pos
+
     def committable(self) -> dict[P, tuple[int, str]]:
         """(position, metadata) of partitions that changed since the last call (marks them
         as handed out); the metadata lists the done records past the position."""

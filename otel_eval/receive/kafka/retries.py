@@ -1,0 +1,90 @@
+"""The Kafka records the engine refused (throttled: nothing taken), waiting to be offered
+again, per partition, in offset order (the consumer's; pure, single-threaded, on its loop).
+
+Promises:
+- a refused record is never skipped: it waits here until the engine takes it (or its
+  partition is revoked: the new owner replays it), and the committed position stays at it;
+- one refused for its traces' service's share (``service_share``) holds only the records of
+  its own traces: a later record of its partition sharing a trace with a waiting record waits
+  behind it (a trace's records keep their order; the collector's exporter,
+  ``partition_traces_by_id``, keeps a trace on one partition); every other record is offered
+  at once. A refused record held every later record of its topic (from any partition, any
+  service), then of its partition, so one service past its share locked the others out and
+  held the rest of its own open runs: its share freed only when they were cut as
+  non-terminated, ``idle_timeout_s`` later;
+- one refused for any other reason (the engine takes nothing now: the store, the spool,
+  open traces, pending spans) stalls its partition: every later record of it waits, and
+  ``stalled`` says the consumer should pause it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Generic, TypeVar
+
+P = TypeVar("P")  # partition handle
+R = TypeVar("R")  # the record as the consumer holds it (decoded, with its ticket)
+
+# The refusal that names the record's traces: only they wait.
+SHARE = "service_share"
+_WAITS = "waits"
+
+
+class Retries(Generic[P, R]):
+    """``offer(partition, trace_ids, record, submit)``: ``submit(record)`` returns why the
+    engine refused it, "" when taken."""
+
+    def __init__(self) -> None:
+        self._queues: dict[P, deque[tuple[frozenset[str], R]]] = {}  # never empty
+        self._traces: dict[P, set[str]] = {}  # the trace ids of the records waiting
+        self.stalled: set[P] = set()
+
+    def offer(self, partition: P, trace_ids: frozenset[str], record: R,
+              submit: Callable[[R], str]) -> None:
+        queue = self._queues.setdefault(partition, deque())
+        self._offer(partition, trace_ids, record, submit, queue)
+        if not queue:
+            del self._queues[partition]
+
+    def _offer(self, partition: P, trace_ids: frozenset[str], record: R,
+               submit: Callable[[R], str], queue: deque[tuple[frozenset[str], R]]) -> None:
+        waiting = self._traces.get(partition)
+        held = partition in self.stalled or (waiting is not None
+                                             and not waiting.isdisjoint(trace_ids))
+        refused = _WAITS if held else submit(record)
+        if refused:
+            queue.append((trace_ids, record))
+            self._traces.setdefault(partition, set()).update(trace_ids)
+            if refused not in (_WAITS, SHARE):
+                self.stalled.add(partition)
+
+    def retry(self, submit: Callable[[P, R], str], current: Callable[[P, R], bool]) -> None:
+        """Offer every waiting record again, in offset order; ``current(partition, record)``
+        False: its partition was revoked meanwhile (dropped: the new owner replays it)."""
+        for partition, old in list(self._queues.items()):
+            queue: deque[tuple[frozenset[str], R]] = deque()
+            self._queues[partition] = queue
+            self._traces[partition] = set()
+            self.stalled.discard(partition)
+            for trace_ids, record in old:
+                if current(partition, record):
+                    self._offer(partition, trace_ids, record, partial(submit, partition),
+                                queue)
+            if not queue:
+                del self._queues[partition], self._traces[partition]
+
+    def __contains__(self, partition: object) -> bool:
+        return partition in self._queues
+
+    def __len__(self) -> int:
+        """Records waiting, on every partition."""
+        return sum(len(q) for q in self._queues.values())
+
+    def drop(self, partitions: Iterable[P]) -> None:
+        """Forget revoked partitions' records (their new owner replays them)."""
+        for p in partitions:
+            self._queues.pop(p, None)
+            self._traces.pop(p, None)
+            self.stalled.discard(p)
