@@ -5,7 +5,8 @@
 Every bound on what the process holds is checked here, the same for traces and logs where
 they share one (shutting down, the spool full, open traces, one service's share of them:
 ``max_service_share``), by signal where they differ: spans accepted but not yet stored
-(``max_pending_spans``), the received bytes of those spans (``max_pending_bytes``); log
+(``max_pending_spans``), the received bytes of those spans (``max_pending_bytes``), and one
+service's share of each (``max_service_share`` again, ``service_load.ServiceLoad``); log
 records accepted and not yet evaluated (``max_pending_log_records``: open and released
 but queued, as spans) and the received bytes of those held for their spans
 (``max_pending_log_bytes``: a record waits as its bytes). Log records never refuse spans:
@@ -29,8 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from otel_eval.assemble.assembler import TraceAssembler, service_of
+from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.config import AssemblyConfig
+from otel_eval.assemble.service_load import load_of, service_of
 from otel_eval.assemble.store_health import REFUSAL as STORE_REFUSAL
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span
@@ -79,24 +81,49 @@ class AdmissionControl:
             return self._logs(items)  # type: ignore[arg-type]
         return self._spans(items)  # type: ignore[arg-type]
 
-    def over_share(self, spans: Sequence[Span] | Sequence[HeldRecord]) -> frozenset[str]:
-        """The new traces to reject (``service_share``, partial success) so that the rest of a
-        request holding several services is taken: those a service past its share of the
-        open traces would open (spans or log records alike: a record's resource names its
-        service too). Empty when every service is within its share, when every
-        service of the request is past it (the request is refused whole, retryable, as a
-        single service's is: ``refusal``), and with pass-through on (a span refused for
-        good would never reach the backend; a throttled request is sent again)."""
+    def over_share(self, spans: Sequence[Span] | Sequence[HeldRecord]
+                   ) -> tuple[frozenset[str], frozenset[str]]:
+        """What to reject (``service_share``, partial success) so that the rest of a request
+        holding several services is taken: the new traces (ids) a service past its share of
+        the open traces would open (spans or log records alike: a record's resource names its
+        service too), and the services whose spans would put them past their share of the
+        pending spans or bytes (``_past_load``: all their spans here). Empty when every
+        service is within its shares, when every service of the request is past one (the
+        request is refused whole, retryable, as a single service's is: ``refusal``), and
+        with pass-through on (a span refused for good would never reach the backend; a
+        throttled request is sent again)."""
         cfg, asm = self.config, self._assembler
         if cfg.max_service_share >= 1.0 or asm.pass_through:
-            return frozenset()
+            return frozenset(), frozenset()
         owners = asm.claims(spans)
         per_service = Counter(owners.values())
         share = cfg.max_service_share * cfg.max_open_traces
         over = {svc for svc, k in per_service.items() if asm.service_open(svc) + k > share}
-        if not over or all(service_of(s) in over for s in spans):
-            return frozenset()
-        return frozenset(tid for tid, svc in owners.items() if svc in over)
+        loaded = self._past_load(spans)
+        if not (over or loaded) or all(service_of(s) in over | loaded for s in spans):
+            return frozenset(), frozenset()
+        return (frozenset(tid for tid, svc in owners.items() if svc in over),
+                frozenset(loaded))
+
+    def _past_load(self, items: Sequence[Span] | Sequence[HeldRecord]) -> set[str]:
+        """The services whose spans here would put them past their share of the pending
+        spans or of their bytes (open and queued, by each span's own service.name); one that
+        holds none is never past it, as the whole budget takes a first request of any size.
+        Log records have budgets of their own: none here."""
+        cfg = self.config
+        if cfg.max_service_share >= 1.0:
+            return set()
+        adds = load_of(s for s in items if isinstance(s, Span))
+        held, queued = self._assembler.load, self._finishing.queued_load
+        over = set()
+        for svc, n in adds.spans.items():
+            spans = held.spans[svc] + queued.spans[svc]
+            nbytes = held.bytes[svc] + queued.bytes[svc]
+            if spans and (spans + n > cfg.max_service_share * cfg.max_pending_spans or
+                          nbytes + adds.bytes[svc]
+                          > cfg.max_service_share * cfg.max_pending_bytes):
+                over.add(svc)
+        return over
 
     def _logs(self, records: Sequence[HeldRecord]) -> str | None:
         cfg, asm = self.config, self._assembler
@@ -130,7 +157,7 @@ class AdmissionControl:
         if held and held + sum(s.nbytes for s in spans) > cfg.max_pending_bytes:
             return "pending_bytes"
         new = asm.new_traces_by_service(spans)
-        if self._past_share(spans):
+        if self._past_share(spans) or self._past_load(spans):
             return "service_share"
         over = len(asm) + sum(new.values()) - cfg.max_open_traces
         if over > 0:  # one-span traces idle for pressure_idle_s give way first

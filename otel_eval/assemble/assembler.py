@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from otel_eval.assemble.config import AssemblyConfig
+from otel_eval.assemble.service_load import ServiceLoad, service_of
 from otel_eval.base.model import Finished, Span, Trace, TraceStatus, local_root
 
 if TYPE_CHECKING:  # records come held (decode.otlp_logs); the assembler only reads them
@@ -144,15 +145,6 @@ class AddResult:
     foreign: set[str] = field(default_factory=set)
 
 
-def service_of(item: Span | HeldRecord) -> str:
-    """The service.name a span or log record (its resource's) holds a slot for; "" when
-    unknown."""
-    if not isinstance(item, Span):
-        return item.service
-    name = item.resource.get("service.name")
-    return name if isinstance(name, str) else ""
-
-
 class TraceAssembler:
     def __init__(self, config: AssemblyConfig, *, pass_through: bool = False) -> None:
         """``pass_through``: otel-eval is in the trace path and must not swallow the user's
@@ -175,6 +167,8 @@ class TraceAssembler:
         # way under pressure).
         self._singles: OrderedDict[str, None] = OrderedDict()
         self._per_service: Counter[str] = Counter()
+        # the open spans (and passed ones) per their own service.name: its share of them
+        self.load = ServiceLoad()
         self.open_spans = 0
         self.open_bytes = 0
         self.open_logs = 0
@@ -316,6 +310,7 @@ class TraceAssembler:
             # on: it moves the trace's deadline but is no part of what is evaluated
             full = full or span.unevaluable is not None
             (tr.passed if full else tr.spans)[span.span_id] = span
+            self.load.add((span,))
             tr.nbytes += span.nbytes
             self.open_bytes += span.nbytes
             res.accepted += 1
@@ -424,6 +419,7 @@ class TraceAssembler:
         carried = sum(s.nbytes for s in old.spans.values())
         tr.nbytes += carried
         self.open_spans += len(old.spans)
+        self.load.add(old.spans.values())
         res.carried_spans += len(old.spans)
         self.open_bytes += carried
         self.open_logs += len(tr.logs)
@@ -622,6 +618,8 @@ class TraceAssembler:
                 self._tombstones[tid] = None
             self.open_spans -= len(tr.spans) + len(tr.passed)
             self.open_bytes -= tr.nbytes
+            self.load.remove(tr.spans.values())
+            self.load.remove(tr.passed.values())
             self.open_logs -= len(tr.logs)
             self.open_log_bytes -= tr.log_bytes
             out.append(tid)
@@ -658,6 +656,8 @@ class TraceAssembler:
         spans = list(tr.spans.values())
         self.open_spans -= len(spans) + len(tr.passed)
         self.open_bytes -= tr.nbytes
+        self.load.remove(spans)
+        self.load.remove(tr.passed.values())
         self.open_logs -= len(tr.logs)
         self.open_log_bytes -= tr.log_bytes
         # late if stored: opened anew (a run of that id stored before a restart is not in

@@ -54,12 +54,15 @@ class AssemblyConfig:
     # this long give way first: released early (incomplete, reason `pressure`), seconds;
     # so do those holding only GenAI log records (dropped, `no_spans`).
     pressure_idle_s: float = 30.0
-    # Largest share of max_open_traces that one service.name may hold open (0..1]; 1.0: none;
-    # the traces its spans or its GenAI log records (their resource's service.name) open.
-    # A request whose every service is past it is throttled (reason `service_share`); in a
-    # request with other services (a gateway's batch) only the traces it would open are
-    # rejected (partial success, reason `service_share`), the rest taken. Pass-through on:
-    # throttled whole (a span rejected for good would never reach the backend).
+    # Largest share of max_open_traces, of max_pending_spans and of max_pending_bytes that
+    # one service.name may hold (0..1]; 1.0: none. Slots: the traces its spans or its GenAI
+    # log records (their resource's service.name) open; spans and bytes: the pending spans
+    # whose own resource names it (a service holding none may send one request of any size).
+    # A request whose every service is past a share is throttled (reason `service_share`);
+    # in a request with other services (a gateway's batch) only the traces it would open
+    # (slots), or its spans (spans, bytes), are rejected (partial success, reason
+    # `service_share`), the rest taken. Pass-through on: throttled whole (a span rejected
+    # for good would never reach the backend).
     max_service_share: float = 1.0
     # GenAI event log records (message content sent as OTLP logs) kept per trace; more are
     # dropped with reason `trace_too_large`.

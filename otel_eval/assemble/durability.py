@@ -27,6 +27,7 @@ from typing import Any
 from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.spool import Spool
 from otel_eval.base.model import Span
+from otel_eval.decode import encode, otlp_logs
 from otel_eval.decode.otlp_logs import HeldRecord
 from otel_eval.telemetry.metrics import Metrics
 
@@ -48,6 +49,16 @@ class Durability:
         if self.spool is None or request is None or not items or replayed:
             return None
         return request() if callable(request) else request
+
+    @staticmethod
+    def taken_only(signal: str, items: Collection[Any]) -> bytes:
+        """The bytes to spool for what assembly takes of a request whose traces lost some
+        of their items to a service's share (``Engine._within_shares``): those items
+        re-encoded, as a re-opened run is re-spooled, since a replay takes every item of a
+        trace its row names, and would take the ones the sender was told were rejected."""
+        if signal == "logs":
+            return otlp_logs.encode_logs(items).SerializeToString()
+        return encode.encode_spans(items).SerializeToString()
 
     def refusal(self, nbytes: int) -> str | None:
         return self.spool.refusal(nbytes) if self.spool is not None else None

@@ -44,6 +44,7 @@ from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.assemble.durability import Durability, Request
 from otel_eval.assemble.finishing import Finishing, Sink
+from otel_eval.assemble.service_load import service_of
 from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
 from otel_eval.base.model import LogEvent, Span
@@ -171,7 +172,9 @@ class Engine:
         raw = self.durability.request_bytes(request, taken, replayed)
         with self._lock:
             if not replayed:
-                taken = self._within_shares(taken, adm)
+                taken, split = self._within_shares(taken, adm)
+                if split and raw is not None:  # a replay must not take the rejected ones
+                    raw = self.durability.taken_only(signal, taken)
             trace_ids = {item.trace_id for item in taken}
             adm.throttled = None if replayed else self.admission.refusal(
                 signal, taken, len(raw or b""))
@@ -198,17 +201,22 @@ class Engine:
         return adm
 
     def _within_shares(self, spans: Sequence[Span] | Sequence[HeldRecord], adm: Admission
-                       ) -> Sequence[Span] | Sequence[HeldRecord]:
+                       ) -> tuple[Sequence[Span] | Sequence[HeldRecord], bool]:
         """The spans (or log records) of a request but for the traces a service past its
-        share would open (``AdmissionControl.over_share``), those counted in
-        ``adm.rejected``; the request is spooled whole, but no pair of theirs is (a replay
-        skips them). Lock held."""
-        shed = self.admission.over_share(spans)
-        if not shed:
-            return spans
-        kept: Any = [s for s in spans if s.trace_id not in shed]
+        share of the slots would open and the spans of one past its share of the pending
+        spans or bytes (``AdmissionControl.over_share``), those counted in
+        ``adm.rejected``; and whether a trace kept lost some (a service's spans in another's
+        run: the request is spooled as taken, ``Durability.taken_only``). Otherwise the
+        request is spooled whole, but no pair of a trace it rejects is (a replay skips
+        them). Lock held."""
+        shed, loaded = self.admission.over_share(spans)
+        if not shed and not loaded:
+            return spans, False
+        kept: Any = [s for s in spans
+                     if s.trace_id not in shed and service_of(s) not in loaded]
         adm.rejected["service_share"] = len(spans) - len(kept)
-        return kept
+        kept_ids = {s.trace_id for s in kept}
+        return kept, len(kept) < sum(1 for s in spans if s.trace_id in kept_ids)
 
     def _add(self, signal: Signal, items: Sequence[Any], on_trace: Any, source: str,
              sender: str, at: float) -> Any:  # lock held

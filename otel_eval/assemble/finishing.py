@@ -43,7 +43,8 @@ the store holds its evaluation, so the replay comes back ``already_evaluated`` a
 the delivering sinks again, with the evaluation the store holds (at least once). Without
 such a sink a trace is released as soon as its sinks have run.
 
-A trace's spans count as pending (``queued_spans``, ``queued_bytes``: admission bounds them),
+A trace's spans count as pending (``queued_spans``, ``queued_bytes``, and per service
+``queued_load``: admission bounds them),
 and so do its GenAI event records (``queued_logs``), from its release until ``finish``,
 whatever the stage, so the receivers throttle while the evaluation is behind. A sink that
 raises is logged and counted, and the others still run;
@@ -66,6 +67,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from otel_eval.assemble.durability import Durability
+from otel_eval.assemble.service_load import ServiceLoad
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.component import DeliveringSink, Held, Sink, settle
 from otel_eval.base.model import Trace, content_digest
@@ -118,6 +120,7 @@ class Finishing:
         self._unfinished: dict[str, Trace] = {}
         self.queued_spans = 0
         self.queued_bytes = 0
+        self.queued_load = ServiceLoad()  # the queued spans per service (its share of them)
         self.queued_logs = 0  # GenAI event records of the queued traces (pending, as spans)
         self.wake = threading.Event()  # set when there is work for process()
 
@@ -129,6 +132,8 @@ class Finishing:
             self._unfinished[t.trace_id] = t
             self.queued_spans += len(t.spans) + len(t.passed)
             self.queued_bytes += _nbytes(t)
+            self.queued_load.add(t.spans)
+            self.queued_load.add(t.passed)
             self.queued_logs += len(t.logs)
             self._metrics.ingest.trace_released(t.status, t.release_reason,
                                                 len(t.spans) + len(t.passed))
@@ -244,6 +249,9 @@ class Finishing:
         with self._lock:
             self.queued_spans -= sum(len(j.trace.spans) + len(j.trace.passed) for j in jobs)
             self.queued_bytes -= sum(_nbytes(j.trace) for j in jobs)
+            for job in jobs:
+                self.queued_load.remove(job.trace.spans)
+                self.queued_load.remove(job.trace.passed)
             self.queued_logs -= sum(len(j.trace.logs) for j in jobs)
             self._gauges()
             for job, out in zip(jobs, outcomes, strict=True):

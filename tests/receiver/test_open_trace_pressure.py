@@ -197,3 +197,107 @@ def test_log_records_open_no_more_traces_than_their_services_share(tmp_path: Pat
                         reason="service_share") == 1
         assert h.svc.engine.open_traces() == 5
         assert _send(h, [s for i in range(6, 11) for s in _trace(i, 2, "quiet")]) is None
+
+
+_SPANS_SHARE = {"assembly.max_open_traces": 100, "assembly.max_service_share": 0.5,
+                "assembly.max_pending_spans": 100}
+
+
+def test_a_flood_of_long_traces_cannot_fill_the_pending_spans_of_the_others(
+        tmp_path: Path) -> None:
+    """max_service_share capped only the slots: three long runs of one service (3 of 100
+    slots, 90 of 100 pending spans) throttled every other service's run (`pending_spans`).
+    A service past its share of the pending spans is refused (`service_share`), not others."""
+    with running_service(tmp_path, **_SPANS_SHARE) as h:
+        flood = [_send(h, _trace(i, 30, "noisy")) for i in range(3)]
+        assert _send(h, _trace(9, 20, "quiet")) is None
+        assert _throttled(h, "pending_spans") == 0
+        exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert flood == [None, exhausted, exhausted]  # holding nothing, a request is taken
+        assert _throttled(h, "service_share") == 2
+        idle = h.svc.config.assembly.idle_timeout_s + 1
+        assert h.release(after_s=idle) == 2  # evaluated: the noisy service has room again
+        assert _send(h, _trace(1, 30, "noisy")) is None
+
+
+def test_a_flood_of_large_spans_cannot_fill_the_pending_bytes_of_the_others(
+        tmp_path: Path) -> None:
+    with running_service(tmp_path, **{"assembly.max_service_share": 0.5,
+                                      "assembly.max_pending_bytes": 100_000}) as h:
+        assert _send(h, _trace(0, 1, "noisy", payload="x" * 30_000)) is None
+        assert _send(h, _trace(1, 1, "noisy", payload="x" * 30_000)) == \
+            grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert _send(h, _trace(2, 1, "quiet", payload="x" * 30_000)) is None
+        assert _throttled(h, "service_share") == 1
+        assert _throttled(h, "pending_bytes") == 0
+
+
+def test_spans_released_and_not_evaluated_count_in_their_services_share(
+        tmp_path: Path) -> None:
+    with running_service(tmp_path, **_SPANS_SHARE) as h:
+        assert _send(h, _trace(0, 40, "noisy")) is None
+        h.clock.now += h.svc.config.assembly.idle_timeout_s + 1
+        h.svc.engine.tick()  # released, queued for evaluation: still pending
+        assert _send(h, _trace(1, 40, "noisy")) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert _throttled(h, "service_share") == 1
+        assert h.svc.engine.process() == 1  # evaluated: no longer held against its share
+        assert _send(h, _trace(1, 40, "noisy")) is None
+
+
+def test_a_gateway_batch_over_one_services_share_of_spans_takes_the_others(
+        tmp_path: Path) -> None:
+    """In a batch of several services, the spans of the one past its share of the pending
+    spans are rejected (partial success, counted), the others' taken."""
+    with running_service(tmp_path, **_SPANS_SHARE) as h:
+        assert _send(h, _trace(0, 45, "noisy")) is None
+        batch = _trace(0, 55, "noisy")[45:] + _trace(1, 10, "quiet")
+        resp, err = _raw_export(h, encode.encode_spans(batch).SerializeToString())
+        assert err is None and resp is not None
+        assert resp.partial_success.rejected_spans == 10
+        assert h.sample("otel_eval_receiver_spans_rejected_total", protocol="grpc",
+                        reason="service_share") == 10
+        assert _throttled(h, "service_share") == 0
+        assert h.svc.engine.pending_spans() == 55
+
+
+def test_with_pass_through_a_batch_over_a_share_of_spans_is_throttled_whole(
+        tmp_path: Path) -> None:
+    with running_service(tmp_path, **_SPANS_SHARE,
+                         **{"export.forward_endpoint": "127.0.0.1:9"}) as h:
+        assert _send(h, _trace(0, 45, "noisy")) is None
+        batch = _trace(0, 55, "noisy")[45:] + _trace(1, 10, "quiet")
+        assert _send(h, batch) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert _throttled(h, "service_share") == 1
+
+
+def test_a_lone_service_still_uses_the_whole_pending_budget(tmp_path: Path) -> None:
+    """Without a share (1.0, the default) one service fills every bound; with one, a
+    request larger than the share is still taken while its service holds nothing."""
+    with running_service(tmp_path, **{"assembly.max_pending_spans": 100}) as h:
+        for i in range(5):
+            assert _send(h, _trace(i, 20, "only")) is None
+        assert _send(h, _trace(5, 1, "only")) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert _throttled(h, "pending_spans") == 1
+        assert _throttled(h, "service_share") == 0
+    (tmp_path / "share").mkdir()
+    with running_service(tmp_path / "share", **_SPANS_SHARE) as h:
+        assert _send(h, _trace(0, 80, "only")) is None
+
+
+def test_spans_rejected_for_a_services_share_are_not_replayed_with_their_trace(
+        tmp_path: Path) -> None:
+    """A run of one service holding spans of another (a distributed trace) in a gateway's
+    batch: the spans of the one past its share are rejected, the run's taken. The request
+    was spooled whole with the run's pair, so a restart replayed the rejected spans too and
+    evaluated what the exporter was told was refused."""
+    with running_service(tmp_path, **_SPANS_SHARE) as h:
+        assert _send(h, _trace(0, 60, "noisy")) is None
+        run = _trace(1, 6, "quiet")
+        for s in run[1:]:
+            s.resource = {"service.name": "noisy"}  # a downstream service's spans
+        resp, err = _raw_export(h, encode.encode_spans(run).SerializeToString())
+        assert err is None and resp is not None
+        assert resp.partial_success.rejected_spans == 5
+        assert h.svc.engine.pending_spans() == 61
+    with running_service(tmp_path, **_SPANS_SHARE) as h:  # the spool holds what was taken
+        assert h.svc.engine.pending_spans() == 61

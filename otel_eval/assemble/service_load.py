@@ -1,0 +1,58 @@
+"""Stage: assemble (service load). Who holds the pending spans and their bytes.
+
+    TraceAssembler (open traces) / Finishing (released, not finished) -> ServiceLoad ->
+        AdmissionControl (``max_service_share`` of ``max_pending_spans``, ``max_pending_bytes``)
+
+A span counts for the service.name of its own resource (``service_of``; "" when unknown:
+the spans naming none share one entry), from when it is taken until its trace is finished,
+as the pending budget counts it. An entry at zero is deleted, so there are never more
+entries than pending spans.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from otel_eval.base.model import Span
+
+if TYPE_CHECKING:
+    from otel_eval.decode.otlp_logs import HeldRecord
+
+
+def service_of(item: Span | HeldRecord) -> str:
+    """The service.name a span or log record (its resource's) holds a slot for; "" when
+    unknown."""
+    if not isinstance(item, Span):
+        return item.service
+    name = item.resource.get("service.name")
+    return name if isinstance(name, str) else ""
+
+
+class ServiceLoad:
+    """Spans and their received bytes (``Span.nbytes``) per service.name."""
+
+    def __init__(self) -> None:
+        self.spans: Counter[str] = Counter()
+        self.bytes: Counter[str] = Counter()
+
+    def add(self, spans: Iterable[Span], sign: int = 1) -> None:
+        """Count ``spans`` in (``sign`` 1) or out (-1)."""
+        for span in spans:
+            svc = service_of(span)
+            self.spans[svc] += sign
+            self.bytes[svc] += sign * span.nbytes
+            if not self.spans[svc]:
+                del self.spans[svc]
+                del self.bytes[svc]
+
+    def remove(self, spans: Iterable[Span]) -> None:
+        self.add(spans, -1)
+
+
+def load_of(spans: Iterable[Span]) -> ServiceLoad:
+    """What ``spans`` would add, per service."""
+    load = ServiceLoad()
+    load.add(spans)
+    return load
