@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.config import AssemblyConfig
-from otel_eval.assemble.service_load import load_of, service_of
+from otel_eval.assemble.service_load import ServiceLoad, load_of, service_of
 from otel_eval.assemble.store_health import REFUSAL as STORE_REFUSAL
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span
@@ -106,22 +106,28 @@ class AdmissionControl:
                 frozenset(loaded))
 
     def _past_load(self, items: Sequence[Span] | Sequence[HeldRecord]) -> set[str]:
-        """The services whose spans here would put them past their share of the pending
-        spans or of their bytes (open and queued, by each span's own service.name); one that
-        holds none is never past it, as the whole budget takes a first request of any size.
-        Log records have budgets of their own: none here."""
+        """The services whose items here would put them past their share of the pending
+        spans or of their bytes (open and queued, by each span's own service.name), or for
+        log records of the records held or of their bytes (their own budgets); one that
+        holds none is never past it, as the whole budget takes a first request of any size."""
         cfg = self.config
-        if cfg.max_service_share >= 1.0:
+        if cfg.max_service_share >= 1.0 or not items:
             return set()
-        adds = load_of(s for s in items if isinstance(s, Span))
-        held, queued = self._assembler.load, self._finishing.queued_load
+        asm, share = self._assembler, cfg.max_service_share
+        loads: tuple[ServiceLoad, ...]
+        if isinstance(items[0], Span):
+            loads = (asm.load, self._finishing.queued_load)
+            max_items, max_bytes = cfg.max_pending_spans, cfg.max_pending_bytes
+        else:  # records: as their budgets count them, held ones
+            loads = (asm.log_load,)
+            max_items, max_bytes = cfg.max_pending_log_records, cfg.max_pending_log_bytes
+        adds = load_of(items)
         over = set()
         for svc, n in adds.spans.items():
-            spans = held.spans[svc] + queued.spans[svc]
-            nbytes = held.bytes[svc] + queued.bytes[svc]
-            if spans and (spans + n > cfg.max_service_share * cfg.max_pending_spans or
-                          nbytes + adds.bytes[svc]
-                          > cfg.max_service_share * cfg.max_pending_bytes):
+            held = sum(load.spans[svc] for load in loads)
+            nbytes = sum(load.bytes[svc] for load in loads)
+            if held and (held + n > share * max_items
+                         or nbytes + adds.bytes[svc] > share * max_bytes):
                 over.add(svc)
         return over
 
@@ -133,7 +139,7 @@ class AdmissionControl:
         held = asm.open_log_bytes
         if held and held + sum(r.nbytes for r in records) > cfg.max_pending_log_bytes:
             return "pending_log_bytes"
-        if self._past_share(records):
+        if self._past_share(records) or self._past_load(records):
             return "service_share"
         if len(asm) + asm.new_trace_count(records) > cfg.max_open_traces:
             return "open_traces"

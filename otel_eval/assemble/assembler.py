@@ -169,6 +169,7 @@ class TraceAssembler:
         self._per_service: Counter[str] = Counter()
         # the open spans (and passed ones) per their own service.name: its share of them
         self.load = ServiceLoad()
+        self.log_load = ServiceLoad()  # the log records held, per their resource's service
         self.open_spans = 0
         self.open_bytes = 0
         self.open_logs = 0
@@ -424,6 +425,7 @@ class TraceAssembler:
         self.open_bytes += carried
         self.open_logs += len(tr.logs)
         self.open_log_bytes += tr.log_bytes
+        self.log_load.add(tr.logs)
         res.reopened += 1
 
     def _join(self, tr: _Open, res: AddResult) -> None:
@@ -473,6 +475,7 @@ class TraceAssembler:
             tr.log_bytes += record.nbytes
             self.open_logs += 1
             self.open_log_bytes += record.nbytes
+            self.log_load.add((record,))
             res.accepted += 1
             if record.trace_id not in res.traces:
                 res.traces.add(record.trace_id)
@@ -622,6 +625,7 @@ class TraceAssembler:
             self.load.remove(tr.passed.values())
             self.open_logs -= len(tr.logs)
             self.open_log_bytes -= tr.log_bytes
+            self.log_load.remove(tr.logs)
             out.append(tid)
         return out
 
@@ -645,6 +649,7 @@ class TraceAssembler:
         self._close(tr)
         self.open_logs -= len(tr.logs)
         self.open_log_bytes -= tr.log_bytes
+        self.log_load.remove(tr.logs)
         self.dropped_logs["no_spans"] += len(tr.logs)
         self.dropped_traces.append((tr.trace_id, tr.revision))
         self._dropped_revisions[tr.trace_id] = tr.revision
@@ -660,6 +665,7 @@ class TraceAssembler:
         self.load.remove(tr.passed.values())
         self.open_logs -= len(tr.logs)
         self.open_log_bytes -= tr.log_bytes
+        self.log_load.remove(tr.logs)
         # late if stored: opened anew (a run of that id stored before a restart is not in
         # these spans; a replay counts as opened anew unless it carries a stored revision's
         # spans), or re-opened from such a revision that finishing skipped as late

@@ -54,10 +54,12 @@ class AssemblyConfig:
     # this long give way first: released early (incomplete, reason `pressure`), seconds;
     # so do those holding only GenAI log records (dropped, `no_spans`).
     pressure_idle_s: float = 30.0
-    # Largest share of max_open_traces, of max_pending_spans and of max_pending_bytes that
-    # one service.name may hold (0..1]; 1.0: none. Slots: the traces its spans or its GenAI
-    # log records (their resource's service.name) open; spans and bytes: the pending spans
-    # whose own resource names it (a service holding none may send one request of any size).
+    # Largest share of max_open_traces, of max_pending_spans and max_pending_bytes, and of
+    # max_pending_log_records and max_pending_log_bytes that one service.name may hold
+    # (0..1]; 1.0: none. Slots: the traces its spans or its GenAI log records (their
+    # resource's service.name) open; spans and bytes: the pending spans whose own resource
+    # names it; log records: the records held whose resource names it (a service holding
+    # none may send one request of any size).
     # A request whose every service is past a share is throttled (reason `service_share`);
     # in a request with other services (a gateway's batch) only the traces it would open
     # (slots), or its spans (spans, bytes), are rejected (partial success, reason

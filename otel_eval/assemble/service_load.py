@@ -5,8 +5,9 @@
 
 A span counts for the service.name of its own resource (``service_of``; "" when unknown:
 the spans naming none share one entry), from when it is taken until its trace is finished,
-as the pending budget counts it. An entry at zero is deleted, so there are never more
-entries than pending spans.
+as the pending budget counts it; a GenAI log record for its resource's while assembly holds
+it (``max_pending_log_records``, ``max_pending_log_bytes``). An entry at zero is deleted, so
+there are never more entries than pending items.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ class ServiceLoad:
         self.spans: Counter[str] = Counter()
         self.bytes: Counter[str] = Counter()
 
-    def add(self, spans: Iterable[Span], sign: int = 1) -> None:
-        """Count ``spans`` in (``sign`` 1) or out (-1)."""
+    def add(self, spans: Iterable[Span | HeldRecord], sign: int = 1) -> None:
+        """Count ``spans`` (or held log records) in (``sign`` 1) or out (-1)."""
         for span in spans:
             svc = service_of(span)
             self.spans[svc] += sign
@@ -47,12 +48,12 @@ class ServiceLoad:
                 del self.spans[svc]
                 del self.bytes[svc]
 
-    def remove(self, spans: Iterable[Span]) -> None:
+    def remove(self, spans: Iterable[Span | HeldRecord]) -> None:
         self.add(spans, -1)
 
 
-def load_of(spans: Iterable[Span]) -> ServiceLoad:
-    """What ``spans`` would add, per service."""
+def load_of(spans: Iterable[Span | HeldRecord]) -> ServiceLoad:
+    """What ``spans`` (or records) would add, per service."""
     load = ServiceLoad()
     load.add(spans)
     return load

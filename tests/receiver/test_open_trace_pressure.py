@@ -284,6 +284,85 @@ def test_a_lone_service_still_uses_the_whole_pending_budget(tmp_path: Path) -> N
         assert _send(h, _trace(0, 80, "only")) is None
 
 
+def _export_logs(h: Harness, first: int, n: int, service: str, size: int
+                 ) -> tuple[ls.ExportLogsServiceResponse | None, grpc.StatusCode | None]:
+    """``n`` GenAI records of ``size`` bytes of body, one per trace from ``first``."""
+    records = [logs_pb2.LogRecord(trace_id=bytes.fromhex(f"{first + i + 1:032x}"),
+                                  span_id=bytes.fromhex(f"{1:016x}"), time_unix_nano=5,
+                                  event_name="gen_ai.user.message",
+                                  body=common_pb2.AnyValue(string_value="x" * size))
+               for i in range(n)]
+    resource = resource_pb2.Resource(attributes=[common_pb2.KeyValue(
+        key="service.name", value=common_pb2.AnyValue(string_value=service))])
+    body = ls.ExportLogsServiceRequest(resource_logs=[logs_pb2.ResourceLogs(
+        resource=resource, scope_logs=[logs_pb2.ScopeLogs(log_records=records)])])
+    with grpc.insecure_channel(h.grpc_target) as ch:
+        try:
+            raw = ch.unary_unary(LOGS_EXPORT)(body.SerializeToString(), timeout=10)
+        except grpc.RpcError as e:
+            return None, e.code()
+    return ls.ExportLogsServiceResponse.FromString(raw), None
+
+
+def test_one_services_log_records_cannot_fill_the_log_budget_of_the_others(
+        tmp_path: Path) -> None:
+    """The records of one service's runs (a few slots) filled max_pending_log_bytes and
+    every other service's records were throttled (`pending_log_bytes`); its share of the
+    held records and their bytes holds as for spans."""
+    with running_service(tmp_path, **{"assembly.max_service_share": 0.5,
+                                      "assembly.max_pending_log_bytes": 100_000}) as h:
+        flood = [_export_logs(h, i, 1, "noisy", 30_000)[1] for i in range(3)]
+        assert _export_logs(h, 10, 1, "quiet", 30_000)[1] is None
+        exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert flood == [None, exhausted, exhausted]
+        assert h.sample("otel_eval_receiver_requests_throttled_total", protocol="grpc_logs",
+                        reason="service_share") == 2
+
+
+def _export_two(h: Harness, batches: list[tuple[int, str]]) -> ls.ExportLogsServiceResponse:
+    """One request holding a 30,000-byte record per (trace, service), as a gateway's batch."""
+    rls = [logs_pb2.ResourceLogs(
+        resource=resource_pb2.Resource(attributes=[common_pb2.KeyValue(
+            key="service.name", value=common_pb2.AnyValue(string_value=svc))]),
+        scope_logs=[logs_pb2.ScopeLogs(log_records=[logs_pb2.LogRecord(
+            trace_id=bytes.fromhex(f"{i + 1:032x}"), span_id=bytes.fromhex(f"{1:016x}"),
+            time_unix_nano=5, event_name="gen_ai.user.message",
+            body=common_pb2.AnyValue(string_value="x" * 30_000))])])
+        for i, svc in batches]
+    body = ls.ExportLogsServiceRequest(resource_logs=rls)
+    with grpc.insecure_channel(h.grpc_target) as ch:
+        raw = ch.unary_unary(LOGS_EXPORT)(body.SerializeToString(), timeout=10)
+    return ls.ExportLogsServiceResponse.FromString(raw)
+
+
+def test_a_gateway_batch_over_one_services_share_of_log_bytes_takes_the_others(
+        tmp_path: Path) -> None:
+    with running_service(tmp_path, **{"assembly.max_service_share": 0.5,
+                                      "assembly.max_pending_log_bytes": 100_000}) as h:
+        assert _export_logs(h, 0, 1, "noisy", 30_000)[1] is None
+        resp = _export_two(h, [(1, "noisy"), (2, "quiet")])
+        assert resp.partial_success.rejected_log_records == 1
+        assert h.sample("otel_eval_receiver_log_records_rejected_total", protocol="grpc",
+                        reason="service_share") == 1
+        assert h.svc.engine.open_traces() == 2
+
+
+def test_a_services_load_is_given_back_when_its_runs_are_done(tmp_path: Path) -> None:
+    """What counts against a service's share leaves with its runs: released, re-opened by
+    late spans and records, released again and evaluated, nothing stays held against it."""
+    with running_service(tmp_path, **_SPANS_SHARE) as h:
+        _export_logs(h, 0, 1, "noisy", 100)
+        assert _send(h, _trace(0, 30, "noisy")) is None
+        idle = h.svc.config.assembly.idle_timeout_s + 1
+        assert h.release(after_s=idle) == 1
+        assert _send(h, _trace(0, 35, "noisy")[30:]) is None  # late: re-opens the run
+        _export_logs(h, 0, 1, "noisy", 200)
+        assert h.release(after_s=idle) == 1
+        asm, fin = h.svc.engine._assembler, h.svc.engine.finishing
+        assert not asm.load.spans and not asm.load.bytes and not asm.log_load.spans
+        assert not fin.queued_load.spans and not fin.queued_load.bytes
+
+
 def test_spans_rejected_for_a_services_share_are_not_replayed_with_their_trace(
         tmp_path: Path) -> None:
     """A run of one service holding spans of another (a distributed trace) in a gateway's
