@@ -52,10 +52,11 @@ class Durability:
 
     @staticmethod
     def taken_only(signal: str, items: Collection[Any]) -> bytes:
-        """The bytes to spool for what assembly takes of a request whose traces lost some
-        of their items to a service's share (``Engine._within_shares``): those items
-        re-encoded, as a re-opened run is re-spooled, since a replay takes every item of a
-        trace its row names, and would take the ones the sender was told were rejected."""
+        """The bytes to spool for what assembly takes of a request that lost items to a
+        service's share (``Engine._within_shares``): those items re-encoded, as a
+        re-opened run is re-spooled. Spooled whole, the rejected ones stayed on disk (held
+        against ``spool_max_bytes``) while the request's kept runs were open, and a replay,
+        which takes every item of a trace its row names, took those of a kept trace."""
         if signal == "logs":
             return otlp_logs.encode_logs(items).SerializeToString()
         return encode.encode_spans(items).SerializeToString()

@@ -172,8 +172,8 @@ class Engine:
         raw = self.durability.request_bytes(request, taken, replayed)
         with self._lock:
             if not replayed:
-                taken, split = self._within_shares(taken, adm)
-                if split and raw is not None:  # a replay must not take the rejected ones
+                taken, shed = self._within_shares(taken, adm)
+                if shed and raw is not None:  # the spool holds only what was taken
                     raw = self.durability.taken_only(signal, taken)
             trace_ids = {item.trace_id for item in taken}
             adm.throttled = None if replayed else self.admission.refusal(
@@ -205,18 +205,16 @@ class Engine:
         """The spans (or log records) of a request but for the traces a service past its
         share of the slots would open and the spans of one past its share of the pending
         spans or bytes (``AdmissionControl.over_share``), those counted in
-        ``adm.rejected``; and whether a trace kept lost some (a service's spans in another's
-        run: the request is spooled as taken, ``Durability.taken_only``). Otherwise the
-        request is spooled whole, but no pair of a trace it rejects is (a replay skips
-        them). Lock held."""
+        ``adm.rejected``; and whether any was (the request is then spooled as taken,
+        ``Durability.taken_only``: a replay takes every item of a trace its row names, and
+        the rejected ones would fill the spool while the kept runs stay open). Lock held."""
         shed, loaded = self.admission.over_share(spans)
         if not shed and not loaded:
             return spans, False
         kept: Any = [s for s in spans
                      if s.trace_id not in shed and service_of(s) not in loaded]
         adm.rejected["service_share"] = len(spans) - len(kept)
-        kept_ids = {s.trace_id for s in kept}
-        return kept, len(kept) < sum(1 for s in spans if s.trace_id in kept_ids)
+        return kept, len(kept) < len(spans)
 
     def _add(self, signal: Signal, items: Sequence[Any], on_trace: Any, source: str,
              sender: str, at: float) -> Any:  # lock held

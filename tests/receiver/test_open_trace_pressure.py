@@ -380,3 +380,22 @@ def test_spans_rejected_for_a_services_share_are_not_replayed_with_their_trace(
         assert h.svc.engine.pending_spans() == 61
     with running_service(tmp_path, **_SPANS_SHARE) as h:  # the spool holds what was taken
         assert h.svc.engine.pending_spans() == 61
+
+
+def test_a_services_rejected_spans_do_not_fill_the_spool(tmp_path: Path) -> None:
+    """A gateway's batches each hold a flooding service's new runs, rejected for its share,
+    and another service's small run, taken. Each request was spooled whole, its rejected
+    spans kept on disk as long as the other's run stayed open: 4 such batches filled
+    spool_max_bytes and every service's exports were refused (`spool_full`)."""
+    with running_service(tmp_path, **{"assembly.max_open_traces": 20,
+                                      "assembly.max_service_share": 0.5,
+                                      "store.spool_max_bytes": 200_000}) as h:
+        assert _send(h, [s for i in range(10) for s in _trace(i, 1, "noisy")]) is None
+        for k in range(6):
+            batch = _trace(100 + k, 1, "noisy", payload="x" * 50_000) + \
+                _trace(200 + k, 1, "quiet")
+            resp, err = _raw_export(h, encode.encode_spans(batch).SerializeToString())
+            assert err is None and resp is not None
+            assert resp.partial_success.rejected_spans == 1
+        assert _throttled(h, "spool_full") == 0
+        assert h.svc.engine.open_traces() == 16
