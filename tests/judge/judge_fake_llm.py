@@ -56,6 +56,7 @@ class FakeLLM:
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []  # of each request, names in lower case
         self.released = threading.Event()
         self.arrived = threading.Event()  # set when any request has arrived
         self.sent_bytes = 0  # of reply bodies, as far as the client took them
@@ -72,6 +73,7 @@ class FakeLLM:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 fake.requests.append(body)
+                fake.headers.append({k.lower(): v for k, v in self.headers.items()})
                 fake.arrived.set()
                 if fake.route is not None:
                     reply = fake.route(body)

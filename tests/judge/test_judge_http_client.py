@@ -17,7 +17,7 @@ from judge_fixtures import config, evaluation
 from otel_eval.evaluate.judge import Judge, JudgeQueue
 from otel_eval.evaluate.judge.client import JudgeClient, close_clients
 from otel_eval.evaluate.judge.observer import NoopObserver
-from otel_eval.evaluate.judge.transport import HANDLER_PROVIDERS
+from otel_eval.evaluate.judge.transport import HANDLER_PROVIDERS, SDK_PROVIDERS
 
 # a model of each provider handed the bounded handler, as litellm names it
 _MODELS = {
@@ -28,7 +28,14 @@ _MODELS = {
     "groq": "groq/llama3-8b-8192", "hosted_vllm": "hosted_vllm/m",
     "huggingface": "huggingface/x/y", "mistral": "mistral/mistral-small",
     "ollama": "ollama/llama3", "ollama_chat": "ollama_chat/llama3",
-    "openrouter": "openrouter/x/y", "together_ai": "together_ai/x/y", "xai": "xai/grok-2"}
+    "openrouter": "openrouter/x/y", "together_ai": "together_ai/x/y", "xai": "xai/grok-2",
+    # on the openai SDK, with the environment variable of their key
+    "cerebras": "cerebras/llama3.1-8b", "lm_studio": "lm_studio/m",
+    "nvidia_nim": "nvidia_nim/meta/llama3-8b-instruct", "perplexity": "perplexity/sonar",
+    "sambanova": "sambanova/Meta-Llama-3.1-8B-Instruct"}
+_KEYS = {"cerebras": "CEREBRAS_API_KEY", "lm_studio": "LM_STUDIO_API_KEY",
+         "nvidia_nim": "NVIDIA_NIM_API_KEY", "perplexity": "PERPLEXITYAI_API_KEY",
+         "sambanova": "SAMBANOVA_API_KEY"}
 
 
 class Calls(NoopObserver):
@@ -129,6 +136,54 @@ def test_an_anthropic_reply_is_not_read_past_max_reply_bytes(llm: FakeLLM) -> No
     total = 40 * 1024 * 1024
     llm.route = lambda body: Reply(200, "x" * total)
     client = JudgeClient(config(llm.api_base.removesuffix("/v1"), model=_MODELS["anthropic"],
+                                max_reply_bytes=1000, input_cost_per_token_usd=1e-6))
+
+    async def main() -> Any:
+        try:
+            return await client.call([{"role": "user", "content": "grade this"}],
+                                     {"type": "object"}, "trace")
+        finally:
+            await close_clients()
+
+    result = asyncio.run(asyncio.wait_for(main(), 30))
+    assert result.status == "parse_error" and "not read further" in result.error, result
+    assert llm.answered.wait(60)
+    assert llm.sent_bytes < total // 2
+
+
+@pytest.mark.parametrize("provider", sorted(SDK_PROVIDERS))
+def test_each_provider_on_the_openai_sdk_tells_a_sent_request_and_keeps_its_key(
+        provider: str, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The providers litellm sends through the openai SDK (perplexity, cerebras, ...) sent on
+    litellm's own client: a request of theirs cancelled once the server had it was spent
+    nothing, and their replies were read whole. They are handed the bounded ``AsyncOpenAI``
+    client, made on the provider's own key (not OPENAI_API_KEY, which the SDK would read)."""
+    monkeypatch.setenv(_KEYS[provider], f"{provider}-key")
+    asked = _hang(llm)
+    client = JudgeClient(config(llm.api_base, model=_MODELS[provider],
+                                input_cost_per_token_usd=1e-6))
+
+    async def main() -> None:
+        task = asyncio.ensure_future(client.call(
+            [{"role": "user", "content": "grade this"}], {"type": "object"}, "trace"))
+        assert await asyncio.to_thread(asked.wait, 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await close_clients()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert client.budget.spent(client.clock()) > 0
+    assert llm.headers[0]["authorization"] == f"Bearer {provider}-key"
+
+
+def test_a_perplexity_reply_is_not_read_past_max_reply_bytes(
+        llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A provider on the openai SDK stops reading a reply at its bound, as ``openai`` does."""
+    monkeypatch.setenv("PERPLEXITYAI_API_KEY", "perplexity-key")
+    total = 40 * 1024 * 1024
+    llm.route = lambda body: Reply(200, "x" * total)
+    client = JudgeClient(config(llm.api_base, model=_MODELS["perplexity"],
                                 max_reply_bytes=1000, input_cost_per_token_usd=1e-6))
 
     async def main() -> Any:

@@ -51,6 +51,7 @@ from otel_eval.evaluate.judge.render import CHARS_PER_TOKEN
 from otel_eval.evaluate.judge.schemas import Schema
 from otel_eval.evaluate.judge.transport import (
     HANDLER_PROVIDERS,
+    SDK_PROVIDERS,
     bounded_client,
     bounded_handler,
     close_bounded_clients,
@@ -336,8 +337,8 @@ class JudgeClient:
     def _client(self) -> dict[str, Any]:
         """``client=``: this loop's client that stops reading a reply past
         ``max_reply_bytes`` and tells when a request was sent (``transport``), for litellm's
-        ``openai`` provider and the ``HANDLER_PROVIDERS``; other providers read it whole, and
-        a request of theirs cancelled is taken as not sent."""
+        ``openai`` provider, the ``SDK_PROVIDERS`` and the ``HANDLER_PROVIDERS``; other
+        providers read it whole, and a request of theirs cancelled is taken as not sent."""
         if self._provider is None:
             try:
                 self._provider = litellm.get_llm_provider(
@@ -346,9 +347,17 @@ class JudgeClient:
                 self._provider = ""
         if self._provider in HANDLER_PROVIDERS:
             return {"client": bounded_handler()}
-        if self._provider != "openai":
+        api_base, api_key = self.config.api_base, self._api_key or ""
+        if self._provider in SDK_PROVIDERS:  # the client is used as it is: made on the
+            # server and key litellm resolves for the provider (else OpenAI's would be used)
+            _, _, key, base = litellm.get_llm_provider(
+                model=self.config.model, api_base=api_base or None, api_key=api_key or None)
+            if not (base and key):  # litellm says what is missing
+                return {}
+            api_base, api_key = base, key
+        elif self._provider != "openai":
             return {}
-        client = bounded_client(self.config.api_base, self._api_key or "")
+        client = bounded_client(api_base, api_key)
         return {} if client is None else {"client": client}
 
     def _request(self, messages: Messages, schema: Schema, name: str) -> dict[str, Any]:

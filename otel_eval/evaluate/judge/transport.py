@@ -10,7 +10,8 @@ stops reading a reply at its bound.
 litellm reads a whole reply before the judge sees its text: a 200 MB body from the server
 cost ~0.6 GB while it was read, whatever ``max_reply_bytes`` said, and litellm has no
 per-request size limit. Its ``openai`` provider takes the ``AsyncOpenAI`` client to use
-(``client=``); this module gives it one whose transport counts. The bound of a call and
+(``client=``), and so do the providers litellm sends through that SDK (``SDK_PROVIDERS``:
+perplexity, cerebras...); this module gives them one whose transport counts. The bound of a call and
 whether it was hit travel in a context variable (set by the caller around the call; the task
 ``asyncio.wait_for`` makes copies it), so one client per event loop and server serves every
 judge with its own bound. The providers litellm sends through its own ``AsyncHTTPHandler``
@@ -167,14 +168,19 @@ def bounded_client(api_base: str, api_key: str) -> Any | None:
 
 # litellm's providers that send through the litellm ``AsyncHTTPHandler`` they are handed
 # (``client=``) at the pinned litellm (1.110.2): each checked against the scripted server
-# (tests/judge/test_judge_http_client.py). The others are left to their own client: some go
-# through the openai SDK and refuse a handler (perplexity, cerebras, nvidia_nim, lm_studio,
-# sambanova), some take no client (cohere), some were not checked (vertex_ai: Google auth;
+# (tests/judge/test_judge_http_client.py). The providers on the openai SDK refuse a handler:
+# they take an ``AsyncOpenAI`` client (``SDK_PROVIDERS``). The others are left to their own
+# client: some take no client (cohere), some were not checked (vertex_ai: Google auth;
 # databricks: its credentials).
 HANDLER_PROVIDERS = frozenset((
     "anthropic", "azure_ai", "bedrock", "deepseek", "fireworks_ai", "gemini",
     "groq", "hosted_vllm", "huggingface", "mistral", "ollama", "ollama_chat", "openrouter",
     "together_ai", "xai"))
+
+# litellm's providers that send through the openai SDK client they are handed: each is handed
+# ``bounded_client`` on the server and key litellm resolves for it (its own base URL and key,
+# not OpenAI's), checked the same way.
+SDK_PROVIDERS = frozenset(("cerebras", "lm_studio", "nvidia_nim", "perplexity", "sambanova"))
 
 
 def bounded_handler() -> Any:
