@@ -7,12 +7,16 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import ssl
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from judge_fake_llm import FakeLLM, Reply, good
 from judge_fixtures import config, evaluation
+from support.tls_certs import TestCA
 
 from otel_eval.evaluate.judge import Judge, JudgeQueue
 from otel_eval.evaluate.judge.client import JudgeClient, close_clients
@@ -197,3 +201,53 @@ def test_a_perplexity_reply_is_not_read_past_max_reply_bytes(
     assert result.status == "parse_error" and "not read further" in result.error, result
     assert llm.answered.wait(60)
     assert llm.sent_bytes < total // 2
+
+
+@pytest.fixture
+def mtls_llm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLM]:
+    """The scripted server over TLS with a certificate of a CA the test makes, asking the
+    client for a certificate of that CA (mutual TLS, a private gateway in front of a model);
+    the judge's side set up as litellm reads it: SSL_CERT_FILE (the CA), SSL_CERTIFICATE
+    (the client's certificate and key, one file)."""
+    ca = TestCA(tmp_path)
+    server, client = ca.issue("localhost", server=True), ca.issue("judge", server=False)
+    both = tmp_path / "judge-client.pem"
+    both.write_bytes(client.cert.read_bytes() + client.key.read_bytes())
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca.path))
+    monkeypatch.setenv("SSL_CERTIFICATE", str(both))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-loopback")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(ca.path))
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_cert_chain(server.cert, server.key)
+    fake = FakeLLM()  # the handshake in the request's thread, not the accepting one
+    fake.server.socket = context.wrap_socket(fake.server.socket, server_side=True,
+                                             do_handshake_on_connect=False)
+    fake.start()
+    yield fake
+    fake.stop()
+
+
+@pytest.mark.parametrize("model", ["openai/gpt-4o-mini", _MODELS["anthropic"]])
+def test_the_judge_presents_the_client_certificate_litellm_is_given(
+        model: str, mtls_llm: FakeLLM) -> None:
+    """SSL_CERTIFICATE names the client certificate litellm presents (its handler's httpx
+    client loads it): the bounded client the judge hands litellm presented none, so behind
+    a gateway asking for one (mTLS) every judge call failed in the handshake, the server
+    never read a request."""
+    mtls_llm.script(good({"critique": "ok", "score": 0.9}))
+    api_base = mtls_llm.api_base.replace("http://", "https://")  # 127.0.0.1 in its names
+    if not model.startswith("openai/"):
+        api_base = api_base.removesuffix("/v1")
+    client = JudgeClient(config(api_base, model=model, max_retries=0))
+
+    async def main() -> Any:
+        try:
+            return await client.call([{"role": "user", "content": "grade this"}],
+                                     {"type": "object"}, "trace")
+        finally:
+            await close_clients()
+
+    result = asyncio.run(asyncio.wait_for(main(), 30))
+    assert mtls_llm.requests, result
+    if model.startswith("openai/"):
+        assert result.status == "ok", result

@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
+import ssl
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextvars import ContextVar
@@ -32,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx  # what litellm hands the openai SDK (not the SDK's own httpx2)
+
+log = logging.getLogger(__name__)
 
 # A body holds its reply text JSON-escaped (at most 6 bytes a byte: \u00XX) in an envelope:
 # the bytes of body read for ``max_reply_bytes`` of text.
@@ -119,13 +124,35 @@ def _marking(state: Reading, inner: Trace | None) -> Trace:
     return trace
 
 
+def _with_certificate(verify: Any) -> Any:
+    """``verify`` (litellm's TLS setting: its context, or False) carrying the client
+    certificate litellm is given (``SSL_CERTIFICATE`` or ``litellm.ssl_certificate``: one
+    file, certificate and key), as litellm's handler's httpx client loads it (into the same
+    context): a server asking for one (mutual TLS) refused every judge call without it."""
+    import litellm
+
+    cert = os.getenv("SSL_CERTIFICATE", litellm.ssl_certificate)
+    if not cert:
+        return verify
+    if not isinstance(verify, ssl.SSLContext):  # verification off (SSL_VERIFY=False)
+        verify = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        verify.check_hostname, verify.verify_mode = False, ssl.CERT_NONE
+    try:
+        verify.load_cert_chain(cert)
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError; a server asking for
+        # one refuses the call, an error as any other (not an exception out of the judge)
+        log.warning("judge: SSL_CERTIFICATE %s not loaded (%s)", cert[:200], e)
+    return verify
+
+
 def _http_client(verify: Any) -> httpx.AsyncClient:
     """An httpx client on the bounded transport, through the proxy the environment names
     (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY) as litellm's and the SDK's own clients go:
     httpx reads none from the environment for a client given its transport, so each proxy
-    is mounted here, bounded too."""
+    is mounted here, bounded too; with litellm's client certificate (``_with_certificate``)."""
     from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
 
+    verify = _with_certificate(verify)
     inner = httpx.AsyncHTTPTransport(verify=verify)
     proxies = AsyncHTTPHandler.create_httpx_proxy_mounts(inner, verify=verify, cert=None) or {}
     mounts = {pattern: None if proxy is None else _BoundedTransport(proxy)
