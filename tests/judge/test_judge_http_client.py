@@ -77,6 +77,33 @@ def test_the_judge_reaches_its_model_through_the_environments_proxy(
     assert all(j["status"] == "ok" for j in result["judges"].values()), result
 
 
+@pytest.mark.parametrize("variable", ["OPENAI_API_BASE", "OPENAI_BASE_URL"])
+def test_the_judge_reaches_the_openai_server_the_environment_names(
+        variable: str, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without judge.api_base litellm sends an ``openai/`` model to the server
+    OPENAI_API_BASE (or OPENAI_BASE_URL) names, a team's gateway; the bounded client it was
+    handed was made on the SDK's default (which reads OPENAI_BASE_URL only), so the prompt
+    went to api.openai.com instead. A proxy that refuses stands for that host here: the
+    request never leaves loopback."""
+    monkeypatch.setenv(variable, llm.api_base)
+    for proxy in ("HTTPS_PROXY", "https_proxy"):  # not for http://, the loopback server's
+        monkeypatch.setenv(proxy, "http://127.0.0.1:1")
+    for proxy in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    llm.script(good({"critique": "ok", "score": 0.9}))
+    client = JudgeClient(config("", max_retries=0))
+
+    async def main() -> Any:
+        try:
+            return await client.call([{"role": "user", "content": "grade this"}],
+                                     {"type": "object"}, "trace")
+        finally:
+            await close_clients()
+
+    result = asyncio.run(asyncio.wait_for(main(), 30))
+    assert result.status == "ok" and llm.requests, result
+
+
 def test_an_anthropic_request_sent_then_cut_by_the_stop_is_spent(llm: FakeLLM) -> None:
     """A request the provider had when the stop cancelled it is billed all the same; for
     providers other than ``openai`` whether it was sent was not known (litellm sent it on its

@@ -170,11 +170,23 @@ _CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, s
 _HANDLER = ("", "\0handler")  # no api_key is a NUL
 
 
+def _openai_base(api_base: str) -> str:
+    """The server litellm sends an ``openai/`` model to: ``api_base``, else
+    ``litellm.api_base``, OPENAI_BASE_URL, OPENAI_API_BASE (litellm reads both; the SDK, the
+    first only), else "" (the SDK's default, OpenAI's)."""
+    import litellm
+
+    return (api_base or litellm.api_base or os.getenv("OPENAI_BASE_URL")
+            or os.getenv("OPENAI_API_BASE") or "")
+
+
 def bounded_client(api_base: str, api_key: str) -> Any | None:
-    """This loop's ``AsyncOpenAI`` client for ``api_base`` (the SDK's default when empty), or
-    None when the SDK cannot make one (no API key anywhere: litellm then says so itself)."""
+    """This loop's ``AsyncOpenAI`` client for ``api_base`` (litellm's for an ``openai/``
+    model when empty, ``_openai_base``), or None when the SDK cannot make one (no API key
+    anywhere: litellm then says so itself)."""
     from openai import AsyncOpenAI, OpenAIError  # with litellm, which needs it
 
+    api_base = _openai_base(api_base)
     clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
     found = clients.get((api_base, api_key))
     if found is None:
