@@ -278,3 +278,30 @@ def test_the_judge_presents_the_client_certificate_litellm_is_given(
     assert mtls_llm.requests, result
     if model.startswith("openai/"):
         assert result.status == "ok", result
+
+
+@pytest.mark.parametrize("model", ["openai/gpt-4o-mini", _MODELS["hosted_vllm"]])
+def test_the_judge_keeps_no_cookie_a_server_sets(
+        model: str, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """litellm's handler's HTTP clients keep no cookie (a jar that stores none: they are
+    shared by every caller); the bounded client, shared by every judge on the loop, kept each
+    a server set and sent them all back on every later call, the jar growing with each new
+    name for as long as the process ran."""
+    def route(body: dict[str, Any]) -> Reply:
+        reply = good({"critique": "ok", "score": 0.9})
+        reply.headers = {"Set-Cookie": f"c{len(llm.requests)}=v; Path=/"}
+        return reply
+    llm.route = route
+    client = JudgeClient(config(llm.api_base, model=model, max_retries=0))
+
+    async def main() -> None:
+        try:
+            for _ in range(3):
+                result = await client.call([{"role": "user", "content": "grade this"}],
+                                           {"type": "object"}, "trace")
+                assert result.status == "ok", result
+        finally:
+            await close_clients()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert [h.get("cookie") for h in llm.headers] == [None, None, None]

@@ -149,8 +149,11 @@ def _http_client(verify: Any) -> httpx.AsyncClient:
     """An httpx client on the bounded transport, through the proxy the environment names
     (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY) as litellm's and the SDK's own clients go:
     httpx reads none from the environment for a client given its transport, so each proxy
-    is mounted here, bounded too; with litellm's client certificate (``_with_certificate``)."""
-    from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
+    is mounted here, bounded too; with litellm's client certificate (``_with_certificate``).
+    It keeps no cookie, as litellm's handler's clients keep none (``blocked_cookie_jar``):
+    shared by every judge on the loop, it sent each cookie a server set back on every later
+    call, the jar growing with each new name."""
+    from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler, blocked_cookie_jar
 
     verify = _with_certificate(verify)
     inner = httpx.AsyncHTTPTransport(verify=verify)
@@ -158,7 +161,7 @@ def _http_client(verify: Any) -> httpx.AsyncClient:
     mounts = {pattern: None if proxy is None else _BoundedTransport(proxy)
               for pattern, proxy in proxies.items()}
     return httpx.AsyncClient(transport=_BoundedTransport(inner), mounts=mounts, verify=verify,
-                             follow_redirects=True, timeout=None)
+                             cookies=blocked_cookie_jar(), follow_redirects=True, timeout=None)
 
 
 # event loop -> (api_base, api_key) -> client: an httpx client belongs to the loop it runs on
