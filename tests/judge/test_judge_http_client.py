@@ -36,10 +36,15 @@ _MODELS = {
     # on the openai SDK, with the environment variable of their key
     "cerebras": "cerebras/llama3.1-8b", "lm_studio": "lm_studio/m",
     "nvidia_nim": "nvidia_nim/meta/llama3-8b-instruct", "perplexity": "perplexity/sonar",
-    "sambanova": "sambanova/Meta-Llama-3.1-8B-Instruct"}
+    "sambanova": "sambanova/Meta-Llama-3.1-8B-Instruct", "dashscope": "dashscope/qwen-plus",
+    "deepinfra": "deepinfra/x/y", "litellm_proxy": "litellm_proxy/m",
+    "moonshot": "moonshot/moonshot-v1-8k", "nebius": "nebius/x/y", "novita": "novita/x/y"}
 _KEYS = {"cerebras": "CEREBRAS_API_KEY", "lm_studio": "LM_STUDIO_API_KEY",
          "nvidia_nim": "NVIDIA_NIM_API_KEY", "perplexity": "PERPLEXITYAI_API_KEY",
-         "sambanova": "SAMBANOVA_API_KEY"}
+         "sambanova": "SAMBANOVA_API_KEY", "dashscope": "DASHSCOPE_API_KEY",
+         "deepinfra": "DEEPINFRA_API_KEY", "litellm_proxy": "LITELLM_PROXY_API_KEY",
+         "moonshot": "MOONSHOT_API_KEY", "nebius": "NEBIUS_API_KEY",
+         "novita": "NOVITA_API_KEY"}
 
 
 class Calls(NoopObserver):
@@ -206,6 +211,25 @@ def test_each_provider_on_the_openai_sdk_tells_a_sent_request_and_keeps_its_key(
     asyncio.run(asyncio.wait_for(main(), 30))
     assert client.budget.spent(client.clock()) > 0
     assert llm.headers[0]["authorization"] == f"Bearer {provider}-key"
+
+
+@pytest.mark.parametrize("provider", sorted(SDK_PROVIDERS))
+def test_each_provider_on_the_openai_sdk_gets_its_grade(
+        provider: str, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Handed the bounded client, a provider on the openai SDK still reads its reply."""
+    monkeypatch.setenv(_KEYS[provider], f"{provider}-key")
+    llm.script(good({"critique": "ok", "score": 0.9}))
+    client = JudgeClient(config(llm.api_base, model=_MODELS[provider], max_retries=0))
+
+    async def main() -> Any:
+        try:
+            return await client.call([{"role": "user", "content": "grade this"}],
+                                     {"type": "object"}, "trace")
+        finally:
+            await close_clients()
+
+    result = asyncio.run(asyncio.wait_for(main(), 30))
+    assert result.status == "ok" and result.data == {"critique": "ok", "score": 0.9}, result
 
 
 def test_a_perplexity_reply_is_not_read_past_max_reply_bytes(

@@ -144,8 +144,8 @@ class JudgeConfig:
     max_output_tokens: int = 4096
     # Largest reply text used, bytes (UTF-8); a longer one is a `parse_error`, not parsed nor
     # sent back for repair. With the `openai` provider (`openai/<model>`, any api_base),
-    # those litellm sends through the openai SDK (perplexity, cerebras, nvidia_nim,
-    # lm_studio, sambanova: judge.transport.SDK_PROVIDERS) and those it sends through its
+    # those litellm sends through the openai SDK (litellm_proxy, perplexity, cerebras,
+    # deepinfra, ...: judge.transport.SDK_PROVIDERS) and those it sends through its
     # own HTTP handler (anthropic, bedrock, gemini, ollama, mistral, groq, ...:
     # judge.transport.HANDLER_PROVIDERS) the reply is not read past it (6x, escaped, plus
     # 64 KiB); other providers read it whole first. Default 1 MiB (4096 tokens of JSON are

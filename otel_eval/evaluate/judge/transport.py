@@ -11,14 +11,15 @@ litellm reads a whole reply before the judge sees its text: a 200 MB body from t
 cost ~0.6 GB while it was read, whatever ``max_reply_bytes`` said, and litellm has no
 per-request size limit. Its ``openai`` provider takes the ``AsyncOpenAI`` client to use
 (``client=``), and so do the providers litellm sends through that SDK (``SDK_PROVIDERS``:
-perplexity, cerebras...); this module gives them one whose transport counts. The bound of a call and
-whether it was hit travel in a context variable (set by the caller around the call; the task
-``asyncio.wait_for`` makes copies it), so one client per event loop and server serves every
-judge with its own bound. The providers litellm sends through its own ``AsyncHTTPHandler``
-(``HANDLER_PROVIDERS``: anthropic, bedrock, gemini, ollama...) take one as ``client=`` too:
-they are handed a handler on the same client (``bounded_handler``). Other providers are read
-whole, then checked as before (the reply's text against ``max_reply_bytes``, in ``client``),
-and a request of theirs cancelled is taken as not sent (nothing tells).
+litellm_proxy, perplexity, cerebras...); this module gives them one whose transport counts.
+The bound of a call and whether it was hit travel in a context variable (set by the caller
+around the call; the task ``asyncio.wait_for`` makes copies it), so one client per event
+loop and server serves every judge with its own bound. The providers litellm sends through
+its own ``AsyncHTTPHandler`` (``HANDLER_PROVIDERS``: anthropic, bedrock, gemini, ollama...)
+take one as ``client=`` too: they are handed a handler on the same client
+(``bounded_handler``). Other providers are read whole, then checked as before (the reply's
+text against ``max_reply_bytes``, in ``client``), and a request of theirs cancelled is taken
+as not sent (nothing tells).
 """
 
 from __future__ import annotations
@@ -222,7 +223,9 @@ HANDLER_PROVIDERS = frozenset((
 # litellm's providers that send through the openai SDK client they are handed: each is handed
 # ``bounded_client`` on the server and key litellm resolves for it (its own base URL and key,
 # not OpenAI's), checked the same way.
-SDK_PROVIDERS = frozenset(("cerebras", "lm_studio", "nvidia_nim", "perplexity", "sambanova"))
+SDK_PROVIDERS = frozenset((
+    "cerebras", "dashscope", "deepinfra", "litellm_proxy", "lm_studio", "moonshot", "nebius",
+    "novita", "nvidia_nim", "perplexity", "sambanova"))
 
 
 def bounded_handler() -> Any:
