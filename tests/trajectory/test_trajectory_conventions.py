@@ -490,3 +490,38 @@ def test_an_output_guardrail_after_the_last_reply_hides_no_finding() -> None:
     assert t.output == "" and not t.unrecorded
     findings = Detectors(DetectorsConfig()).evaluate(t, None)[0]
     assert [f.kind for f in findings] == ["no_output"]
+
+
+def test_openinference_output_messages_alone_are_a_recorded_llm_output() -> None:
+    """An OpenInference LLM span that records its reply as ``llm.output_messages.*`` (the
+    structured form; a manual instrumentation, or one that leaves the raw ``output.value``
+    out) recorded the LLM's output: ``unrecorded`` counts steps that *lack* a value, so
+    neither the call made by a tool call nor the final reply is ``llm_output`` unrecorded,
+    and the calls and the answer are read from the messages."""
+    def llm(name: str, start: int, out: dict[str, Any]) -> Any:
+        return span(name, "agent", start, {
+            "openinference.span.kind": "LLM", "llm.model_name": "gpt-4o-mini",
+            "llm.input_messages.0.message.role": "user",
+            "llm.input_messages.0.message.content": "Weather in Paris?",
+            "llm.output_messages.0.message.role": "assistant", **out})
+    t = build_trajectory(trace(
+        span("agent", None, 0, {"openinference.span.kind": "AGENT",
+                                "input.value": "Weather in Paris?",
+                                "output.value": "Sunny."}, end=100),
+        llm("call", 1, {
+            "llm.output_messages.0.message.tool_calls.0.tool_call.id": "c1",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "get_weather",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments":
+                '{"city": "Paris"}'}),
+        span("get_weather", "agent", 20, {"openinference.span.kind": "TOOL",
+                                          "tool.name": "get_weather",
+                                          "input.value": '{"city": "Paris"}',
+                                          "output.value": "sunny"}),
+        llm("reply", 40, {"llm.output_messages.0.message.content": "Sunny."})),
+        TrajectoryConfig())
+    calls = [s for s in t.steps if s.kind == "llm"]
+    assert [(c.name, c.arguments) for c in calls[0].tool_calls] == [
+        ("get_weather", {"city": "Paris"})]
+    assert calls[1].answer == "Sunny."
+    assert not t.unrecorded, t.unrecorded  # nothing lacking, nothing unparsed
+    assert all(c.output_text is not None for c in calls)

@@ -306,6 +306,8 @@ def _fill_llm(step: Step, attrs: Attrs) -> None:
     output = as_str(attrs.get("output.value"))
     if output is not None and output.endswith(_NO_TEXT):
         output = _textless_reply(output, attrs) or output
+    if output is None:  # the reply recorded only as its flattened messages
+        output = _flat_output(attrs)
     reason = attrs.get("llm.finish_reason")  # OpenInference's own, else the response's
     reasons = as_list_of_str(reason) if reason is not None else []
     step.finish_reasons = reasons or finish_reasons(output)
@@ -355,6 +357,16 @@ def _flat_input(raw: str | None, attrs: Attrs) -> str | None:
 
 # the ends of LlamaIndex's repr of a reply with no text (``_textless_reply``)
 _NO_TEXT = (": None", ": ")
+
+
+def _flat_output(attrs: Attrs) -> str | None:
+    """The flattened output messages ``llm.output_messages.N.message.*`` as a JSON list of
+    chat messages, for a span without ``output.value``: the reply was recorded in its
+    structured form only. None when none were flattened."""
+    if _OUT_PREFIX + "0.message.role" not in attrs:
+        return None
+    found = _flattened(attrs, _OUT_PREFIX)
+    return json.dumps([_flat_message(m) for _, m in sorted(found.items())], ensure_ascii=False)
 
 
 def _textless_reply(output: str, attrs: Attrs) -> str | None:
