@@ -57,6 +57,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -260,14 +261,30 @@ def _page(sources: Sources, page: View) -> RouteHandler:
     return serve
 
 
+# OTLP/HTTP paths: an exporter sent to the admin port instead of the OTLP/HTTP receiver
+_OTLP_PATHS = frozenset(("/v1/traces", "/v1/logs", "/v1/metrics"))
+_OTLP_FIX = ("this is otel-eval's admin port; send OTLP/HTTP to the OTLP/HTTP receiver "
+             "(receiver.http_endpoint, localhost:4318 by default) or OTLP/gRPC to "
+             "receiver.grpc_endpoint (localhost:4317)")
+_otlp_told = threading.Event()
+
+
 def _miss(req: Request) -> Response:
     """No route: an unknown path (404; after a POST, the unread body closes the connection),
     or a method the admin endpoint does not serve (405; HEAD is served wherever GET is:
-    ``receive.routing``)."""
+    ``receive.routing``). An OTLP export here (an exporter given the admin port) is a 404
+    that names the receiver, said once in the log (its retries at debug)."""
     if req.method in ("GET", "HEAD"):
         return _error(404, f"unknown path {quoted(req.path)}")
     if req.method == "POST":
-        return _json(404, {"error": f"unknown path {quoted(req.path)}"}, close=True)
+        why = f"unknown path {quoted(req.path)}"
+        if (req.path.rstrip("/") or "/") in _OTLP_PATHS:
+            why = f"{why}: {_OTLP_FIX}"
+            level = logging.DEBUG if _otlp_told.is_set() else logging.WARNING
+            _otlp_told.set()
+            log.log(level, "an OTLP exporter from %s posted %s to the admin port; %s",
+                    req.peer, quoted(req.path), _OTLP_FIX)
+        return _json(404, {"error": why}, close=True)
     return _json(405, {"error": f"{quoted(req.method)} is not served here"},
                  {"Allow": "GET, HEAD, POST"}, close=True)
 

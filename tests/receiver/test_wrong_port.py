@@ -10,6 +10,7 @@
   RPC (interceptors and handlers see RPCs; an accepted socket cannot be handed to it), so
   otel-eval cannot count or log it without relaying every gRPC byte through Python. The test
   pins what the client sees, so a grpcio that changes it is noticed.
+- OTLP/HTTP at the admin port: a 404 whose error names the OTLP receivers, logged once.
 """
 
 from __future__ import annotations
@@ -67,3 +68,27 @@ def test_an_http_exporter_at_the_grpc_port_gets_no_http_answer(tmp_path: Path) -
                                      headers={"Content-Type": "application/x-protobuf"})
         with pytest.raises((OSError, http.client.HTTPException)):  # BadStatusLine
             urllib.request.urlopen(req, timeout=10).close()
+
+
+def test_an_http_exporter_at_the_admin_port_is_told_where_otlp_goes(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """OTLP/HTTP sent to the admin port (8888, the other port the README names): a 404 whose
+    error names the OTLP receivers, and one warning in serve's log saying the same, then only
+    debug lines for the exporter's retries (a 404 "unknown path" named no fix)."""
+    caplog.set_level(logging.DEBUG, logger="otel_eval.app.admin")
+    request = ts.ExportTraceServiceRequest().SerializeToString()
+    with running_service(tmp_path) as h:
+        for path in ("/v1/traces", "/v1/logs", "/v1/traces"):
+            conn = http.client.HTTPConnection("127.0.0.1", h.svc.admin.port, timeout=10)
+            try:
+                conn.request("POST", path, request,
+                             {"Content-Type": "application/x-protobuf"})
+                resp = conn.getresponse()
+                status, body = resp.status, resp.read()
+            finally:
+                conn.close()
+            assert status == 404
+            assert "receiver.http_endpoint" in body.decode() and "4318" in body.decode()
+    said = [r for r in caplog.records if "admin port" in r.getMessage()]
+    assert len(said) == 3 and sum(r.levelno == logging.WARNING for r in said) <= 1, said
+    assert "receiver.http_endpoint" in said[0].getMessage()
