@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from otel_eval.base.model import Span
+from otel_eval.base.service_name import service_name
 
 if TYPE_CHECKING:
     from otel_eval.decode.otlp_logs import HeldRecord
@@ -24,10 +25,10 @@ if TYPE_CHECKING:
 
 def service_of(item: Span | HeldRecord) -> str:
     """The service.name a span or log record (its resource's) holds a slot for; "" when
-    unknown."""
+    unknown (the SDK's default ``unknown_service[:exe]`` too: ``base.service_name``)."""
     if not isinstance(item, Span):
         return item.service
-    name = item.resource.get("service.name")
+    name = service_name(item.resource)
     return name if isinstance(name, str) else ""
 
 

@@ -32,6 +32,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.logs.v1 import logs_pb2
 
 from otel_eval.base.model import LogEvent
+from otel_eval.base.service_name import service_name
 from otel_eval.decode.body import loads_bounded
 from otel_eval.decode.encode import dict_to_attributes, header, python_to_anyvalue
 from otel_eval.decode.otlp import (
@@ -233,7 +234,7 @@ def hold_logs(req: ExportLogsServiceRequest, every: bool = False,
                                               header(sl, "log_records").SerializeToString())
         service = services.get(ri)
         if service is None:
-            named = attributes_to_dict(rl.resource.attributes).get("service.name")
+            named = service_name(attributes_to_dict(rl.resource.attributes))
             service = services[ri] = named if isinstance(named, str) else ""
         out.records.append(HeldRecord(tid, sid, name, t, record.SerializeToString(), origin,
                                       service))

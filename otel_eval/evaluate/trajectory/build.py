@@ -73,6 +73,7 @@ from collections.abc import Callable
 from typing import Any
 
 from otel_eval.base.model import Span, Trace, local_root, run_span, run_span_id
+from otel_eval.base.service_name import service_name
 from otel_eval.base.steps import AgentSource, Step, Trajectory
 from otel_eval.decode.otlp import MAX_SPAN_DURATION_NS
 from otel_eval.evaluate.config import TrajectoryConfig
@@ -373,9 +374,10 @@ def extent(spans: list[Span]) -> tuple[int, int]:
 
 
 def _service(root: Span | None, spans: list[Span]) -> str | None:
-    """``service.name`` of the root's resource, else of the first span that has one."""
+    """``service.name`` of the root's resource, else of the first span that has one (the
+    SDK's default ``unknown_service[:exe]`` is none: ``base.service_name``)."""
     for span in ([root] if root else []) + spans:
-        name = span.resource.get("service.name")
+        name = service_name(span.resource)
         if name is not None:
             return as_str(name)
     return None
