@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 # What an HTTP/2 client (an OTLP/gRPC exporter pointed at an HTTP port) sends first: the
 # connection preface (RFC 9113 3.4), read by http.server as a request line of version 2.0.
 _HTTP2_PREFACE = b"PRI * HTTP/2.0"
+_TLS_HANDSHAKE = b"\x16"  # a TLS record's content type: a ClientHello's first byte
 # How long a connection closed with its request unread keeps reading (and dropping) what the
 # client still sends, seconds (Go waits 0.5 s, nginx up to 30 s). Bounded in time; nothing is kept.
 LINGER_S = 2.0
@@ -191,6 +192,10 @@ class ListenerBase(socketserver.TCPServer):
         """Count (and say) an HTTP/2 client at this HTTP/1.1 port."""
         raise NotImplementedError
 
+    def tls_client(self, peer: str) -> None:
+        """Count (and say) a TLS client at this plain-text port."""
+        raise NotImplementedError
+
 
 class Connection(BaseHTTPRequestHandler):
     """One client connection: its requests, one after another (keep-alive)."""
@@ -291,6 +296,14 @@ class Connection(BaseHTTPRequestHandler):
     def handle_one_request(self) -> None:
         self.continue_owed = False
         head_at = self.rfile.tell()
+        if (not isinstance(self.request, ssl.SSLSocket)
+                and self.buffered.peek(1)[:1] == _TLS_HANDSHAKE):
+            # a ClientHello, not a request line (read as one, it waited for a newline its
+            # random bytes may not hold, then was a bare 400): an https:// endpoint here
+            self.server.tls_client(self.client_address[0])
+            self.requestline = self.request_version = self.command = ""
+            self.send_error(400, "a TLS client at a plain-text port: use http://")
+            return
         line = self.rfile.readline(65537)
         if not line:  # closed between requests (or a TCP probe): nothing to answer
             self.close_connection = True

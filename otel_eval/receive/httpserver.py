@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 # Why the server closed a connection before answering, or why a client's went away.
 CLOSE_REASONS = ("connection_limit", "peer_limit", "header_timeout", "read_timeout",
                  "write_timeout", "header_too_large", "client_closed", "tls_handshake", "reused",
-                 "http2_client")
+                 "http2_client", "tls_client")
 # Paths a reserved connection slot serves.
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
@@ -78,6 +78,7 @@ class _Listener(ListenerBase):
         self.budget = server.budget
         self.slots = server.slots  # one set of slots for every address of the endpoint
         self._http2_told = server.http2_told
+        self._tls_told = server.tls_told
 
     def get_request(self) -> tuple[Any, Any]:
         sock, addr = super().get_request()
@@ -139,6 +140,17 @@ class _Listener(ListenerBase):
                 "HTTP/1.1 port; point gRPC exporters at the OTLP/gRPC endpoint, or set "
                 "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", self.name, peer)
 
+    def tls_client(self, peer: str) -> None:
+        """A TLS client here: most likely an exporter given an https:// endpoint for this
+        plain-text port. Counted each time, said once per listener, as ``http2_client``."""
+        self.closed("tls_client")
+        level = logging.DEBUG if self._tls_told.is_set() else logging.WARNING
+        self._tls_told.set()
+        log.log(level, "%s: a TLS client (an https:// OTLP endpoint?) from %s reached this "
+                "plain-text port; use http:// in the exporter's endpoint "
+                "(OTEL_EXPORTER_OTLP_ENDPOINT), or give the receiver TLS (receiver.tls)",
+                self.name, peer)
+
 
 def _addresses(endpoint: str) -> list[tuple[str, int]]:
     """Where ``HOST:PORT`` listens: ``localhost`` is both loopback families, 127.0.0.1 and
@@ -177,6 +189,7 @@ class HttpServer:
         self.budget = (BodyBudget(body_budget, body_budget_per_peer)
                        if body_budget is not None else None)
         self.http2_told = threading.Event()  # the HTTP/2 client warning was logged
+        self.tls_told = threading.Event()  # the TLS client warning was logged
         self._listeners: list[_Listener] = []
         self._accepting: list[threading.Thread] = []
         self._wake: tuple[socket.socket, socket.socket] | None = None  # shutdown -> loops
