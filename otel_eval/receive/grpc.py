@@ -1,5 +1,7 @@
 """OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export`` and
-``opentelemetry.proto.collector.logs.v1.LogsService/Export`` (GenAI events sent as logs).
+``opentelemetry.proto.collector.logs.v1.LogsService/Export`` (GenAI events sent as logs);
+``MetricsService/Export`` is refused UNIMPLEMENTED, counted and naming the fix
+(``Ingest.unsupported_signal``).
 
 A synchronous ``grpc.server`` on a thread pool: decoding holds the GIL either way, sync and
 ``grpc.aio`` are even within noise on decode-heavy load (bench/grpc_server.py, figures in
@@ -51,7 +53,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from functools import partial
-from typing import Any, Literal, cast
+from typing import Any, Literal, NoReturn, cast
 
 import grpc
 from google.protobuf import duration_pb2
@@ -67,6 +69,7 @@ log = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
+METRICS_SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
 
 
 class _AuthInterceptor(grpc.ServerInterceptor):
@@ -274,7 +277,9 @@ class GrpcReceiver:
             grpc.method_handlers_generic_handler(
                 SERVICE, {"Export": export(self._export, "grpc")}),
             grpc.method_handlers_generic_handler(
-                LOGS_SERVICE, {"Export": export(self._export_logs, "grpc_logs")})))
+                LOGS_SERVICE, {"Export": export(self._export_logs, "grpc_logs")}),
+            grpc.method_handlers_generic_handler(METRICS_SERVICE, {
+                "Export": grpc.stream_unary_rpc_method_handler(self._refuse_metrics)})))
         _refuse_taken(cfg.grpc_endpoint)
         try:
             if cfg.tls.enabled:
@@ -328,6 +333,12 @@ class GrpcReceiver:
     def _export_logs(self, body: bytes, context: grpc.ServicerContext) -> object:
         return self._answer(
             self.ingest.handle_logs_bytes(body, "grpc", self._sender(context)), context)
+
+    def _refuse_metrics(self, _requests: object, context: grpc.ServicerContext) -> NoReturn:
+        """UNIMPLEMENTED, as grpc's own for a service not served, but counted and naming the
+        fix (``Ingest.unsupported_signal``); its message is never read."""
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, self.ingest.unsupported_signal("grpc"))
+        raise AssertionError("abort raises")  # grpc's stubs do not say so
 
     def _sender(self, context: grpc.ServicerContext) -> str:
         # authenticated by the interceptor already; read again for the sender's name

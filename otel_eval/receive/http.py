@@ -1,5 +1,6 @@
 """OTLP/HTTP receiver: ``POST /v1/traces`` and ``POST /v1/logs`` (GenAI events sent as log
-records) with protobuf or JSON bodies, optionally gzip.
+records) with protobuf or JSON bodies, optionally gzip; ``POST /v1/metrics`` is a 404, counted
+and naming the fix (``Ingest.unsupported_signal``).
 
 Answers as the OTLP spec says: 200 with an ExportTraceServiceResponse (partial success when
 spans were rejected) in the request's encoding; 400 with a google.rpc.Status for a body that
@@ -90,6 +91,8 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
                            {"WWW-Authenticate": 'Bearer realm="otel-eval"'}, close=True)
         if checker.enabled:  # kept ahead of partial requests when the listener is full
             req.authenticated()
+        if req.path == "/v1/metrics" and req.method == "POST":  # unread: refused on its path
+            return _status(404, ingest.unsupported_signal("http"), ctype, close=True)
         if req.path not in _PATHS:
             return _status(404, "only /v1/traces and /v1/logs are served here", _JSON,
                            close=True)

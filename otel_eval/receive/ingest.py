@@ -28,6 +28,8 @@ not kept).
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -51,6 +53,13 @@ from otel_eval.decode import otlp, otlp_json, otlp_logs
 from otel_eval.decode.otlp_logs import HeldRecord
 from otel_eval.telemetry.ingest import IngestMetrics
 from otel_eval.telemetry.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+# What a metrics exporter is told (and serve's log says once).
+UNSUPPORTED_METRICS = ("otel-eval takes traces and logs, not metrics: set "
+                       "OTEL_METRICS_EXPORTER=none in the app, or send its metrics to your "
+                       "collector")
 
 
 class Submitter(Protocol):
@@ -177,12 +186,27 @@ class Ingest:
         self.engine = engine
         self._metrics = metrics
         self.every_log_record = every_log_record
+        self._metrics_told = threading.Event()  # the metrics export warning was logged
 
     @property
     def metrics(self) -> Metrics:
         if self._metrics is None:
             raise RuntimeError("Ingest without receiver metrics: admit() only")
         return self._metrics
+
+    def unsupported_signal(self, protocol: str) -> str:
+        """An OTLP metrics export (``opentelemetry-instrument`` sends them by default): no
+        pipeline here takes them, and the Collector's OTLP receiver answers a signal without
+        one the same (no service: gRPC UNIMPLEMENTED, HTTP 404), so it is refused, never
+        acknowledged; counted (``requests_refused{protocol, unsupported_signal}``) and said
+        once as a warning naming the fix (debug for the exporter's next ones, every export
+        interval). The answer's message."""
+        self.metrics.ingest.request_refused(protocol, "unsupported_signal")
+        level = logging.DEBUG if self._metrics_told.is_set() else logging.WARNING
+        self._metrics_told.set()
+        log.log(level, "an OTLP metrics export reached the OTLP/%s receiver: %s",
+                "gRPC" if protocol == "grpc" else "HTTP", UNSUPPORTED_METRICS)
+        return UNSUPPORTED_METRICS
 
     def handle_bytes(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
         """``sender``: the authenticated client's token name ("" when auth is off)."""

@@ -25,7 +25,8 @@ class IngestMetrics:
                              "logs requests).", ["protocol", "reason"])
         self.c_refused = c("receiver_requests_refused",
                            "Requests refused whole, by reason: before reading them "
-                           "(unauthenticated, forbidden, unsupported_content_type), or "
+                           "(unauthenticated, forbidden, unsupported_content_type, "
+                           "unsupported_signal: an OTLP metrics export), or "
                            "unread or undecodable (too_large, malformed_request: their "
                            "spans cannot be counted), or receive_timeout.",
                            ["protocol", "reason"])
@@ -87,9 +88,9 @@ class IngestMetrics:
     def request_refused(self, protocol: str, reason: str) -> None:
         """``protocol``: grpc | http | admin; ``reason``: unauthenticated | forbidden |
         receive_timeout (gRPC: no message within grpc_receive_timeout_s) |
-        unsupported_content_type | too_large | malformed_request (an export whose spans
-        cannot be counted: each counts here, or a sender whose every export is refused
-        shows nowhere)."""
+        unsupported_content_type | unsupported_signal (an OTLP metrics export) | too_large |
+        malformed_request (an export whose spans cannot be counted: each counts here, or a
+        sender whose every export is refused shows nowhere)."""
         self.c_refused.labels(protocol, reason).inc()
 
     def connection_closed(self, listener: str, reason: str) -> None:
