@@ -346,7 +346,8 @@ class KafkaMetrics:
         self.c_consumed = c("kafka_spans_consumed", "Spans taken from Kafka records.")
         self.c_poison = c("kafka_records_poison", "Records skipped as not OTLP, by reason.",
                           ["reason"])
-        self.c_throttled = c("kafka_throttled", "Records the engine refused (retried).",
+        self.c_throttled = c("kafka_throttled", "Records the engine refused (retried until "
+                             "taken; each counted once, by its first refusal's reason).",
                              ["reason"])
         self.g_paused = g("kafka_paused", "1 while the consumer pauses for backpressure.")
         self.g_lag = g("kafka_lag_records", "Consumer lag per partition, records.",

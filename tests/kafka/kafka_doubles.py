@@ -50,6 +50,7 @@ class FakeEngine:
         """Engines sharing ``changed`` wake each other's ``until``."""
         self.spans: list[Span] = []
         self.calls = 0
+        self.refusals = 0  # submits refused (``throttle``)
         self.held: list[tuple[set[str], Callable[[], None]]] = []
         self.throttle: str | None = None
         self.auto_release = False
@@ -61,6 +62,8 @@ class FakeEngine:
                signal: str = "traces") -> _Admission:
         assert source == "kafka"
         if self.throttle:
+            self.refusals += 1
+            self._loop.create_task(self._notify())
             return _Admission(throttled=self.throttle)
         self.calls += 1
         self.spans.extend(spans)

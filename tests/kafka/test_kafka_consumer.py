@@ -101,6 +101,29 @@ def test_throttled_engine_pauses_then_retries_in_order(topic: Topic) -> None:
     asyncio.run(scenario())
 
 
+def test_a_record_refused_on_every_retry_is_counted_once(topic: Topic) -> None:
+    # kafka_throttled_total: "Records the engine refused"; each retry pass (every
+    # throttle_retry_s) counted the waiting record again, so it grew with the wait
+    async def scenario() -> None:
+        await produce_traces(topic, 1, spans_per_trace=2)
+        engine, stats = FakeEngine(), WatchedStats()
+        engine.throttle = "service_share"
+        engine.auto_release = True
+        stage = KafkaConsumerStage(topic.config(), engine, stats)
+        await stage.start()
+        try:
+            await engine.until(lambda e: e.refusals >= 4)
+            assert stats.throttles == {"service_share": 1}
+            engine.throttle = None
+            await engine.until(lambda e: len(e.spans) == 2)
+            await stats.until(lambda s: sum(s.commits.values()) == 2)
+        finally:
+            await stage.shutdown(5.0)
+        assert stats.throttles == {"service_share": 1}
+
+    asyncio.run(scenario())
+
+
 def test_backpressure_pauses_at_max_inflight(topic: Topic) -> None:
     async def scenario() -> None:
         await produce_traces(topic, 40, spans_per_trace=2, traces_per_request=40)

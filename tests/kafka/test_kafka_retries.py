@@ -12,9 +12,12 @@ class Engine:
     def __init__(self) -> None:
         self.refuse: dict[str, str] = {}
         self.took: list[str] = []
+        self.counted: list[str] = []  # the refusals counted: a record's first only
 
-    def submit(self, record: str) -> str:
+    def submit(self, record: str, again: bool = False) -> str:
         trace = record.split(":")[0]
+        if not again and self.refuse.get(trace):
+            self.counted.append(record)
         if reason := self.refuse.get(trace, ""):
             return reason
         self.took.append(record)
@@ -32,10 +35,10 @@ def test_a_share_refusal_holds_only_its_own_traces_later_records() -> None:
     for record in ("a:1", "b:1", "a:2", "c:1"):
         offer(r, e, 0, record)
     assert e.took == ["b:1", "c:1"] and len(r) == 2 and 0 in r and not r.stalled
-    r.retry(lambda _p, rec: e.submit(rec), lambda _p, _rec: True)
+    r.retry(lambda _p, rec, again: e.submit(rec, again), lambda _p, _rec: True)
     assert len(r) == 2  # still past its share: a:2 was not offered before a:1
     del e.refuse["a"]
-    r.retry(lambda _p, rec: e.submit(rec), lambda _p, _rec: True)
+    r.retry(lambda _p, rec, again: e.submit(rec, again), lambda _p, _rec: True)
     assert e.took == ["b:1", "c:1", "a:1", "a:2"] and len(r) == 0 and 0 not in r
 
 
@@ -47,7 +50,7 @@ def test_any_other_refusal_stalls_its_partition_only() -> None:
         offer(r, e, partition, record)
     assert e.took == ["c:1"] and r.stalled == {0} and len(r) == 2
     del e.refuse["a"]
-    r.retry(lambda _p, rec: e.submit(rec), lambda _p, _rec: True)
+    r.retry(lambda _p, rec, again: e.submit(rec, again), lambda _p, _rec: True)
     assert e.took == ["c:1", "a:1", "b:1"] and not r.stalled and len(r) == 0
 
 
@@ -58,3 +61,22 @@ def test_a_revoked_partitions_records_are_dropped() -> None:
     offer(r, e, 3, "a:1")
     r.drop([3])
     assert len(r) == 0 and not r.stalled and 3 not in r
+
+
+def test_a_record_refused_on_every_retry_pass_is_counted_once() -> None:
+    # kafka_throttled_total counts records: a retry pass every throttle_retry_s counted each
+    # waiting record again, so the counter grew with the time it waited, not the records
+    r: Retries[int, str] = Retries()
+    e = Engine()
+    e.refuse["a"] = "pending_spans"
+    for record in ("a:1", "b:1"):
+        offer(r, e, 0, record)
+    assert e.counted == ["a:1"] and r.stalled == {0}  # b:1 waits, not offered
+    e.refuse = {"a": "service_share", "b": "service_share"}
+    for _ in range(3):
+        r.retry(lambda _p, rec, again: e.submit(rec, again), lambda _p, _rec: True)
+    # b:1 was refused first on the first retry pass: counted then, once
+    assert e.counted == ["a:1", "b:1"] and len(r) == 2
+    e.refuse = {}
+    r.retry(lambda _p, rec, again: e.submit(rec, again), lambda _p, _rec: True)
+    assert e.took == ["a:1", "b:1"] and len(r) == 0

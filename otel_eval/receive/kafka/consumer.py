@@ -93,6 +93,18 @@ log = logging.getLogger(__name__)
 EngineLike = Submitter
 
 
+class _Refused:
+    """The accounting of a record the engine refused before: its refusals were counted once
+    (``kafka_throttled_total`` counts records), what the engine then takes is counted."""
+
+    def __init__(self, metrics: KafkaMetrics) -> None:
+        self.spans_ingested = metrics.spans_ingested
+        self.log_records_ingested = metrics.log_records_ingested
+
+    def throttled(self, reason: str) -> None:
+        pass
+
+
 class _Listener(ConsumerRebalanceListener):
     def __init__(self, stage: KafkaConsumerStage) -> None:
         self.stage = stage
@@ -251,7 +263,7 @@ class KafkaConsumerStage:
             self._done(ticket)
             return
         self._retries.offer(tp, work.trace_ids, (work, ticket),
-                            lambda r: self._submit(tp, *r))
+                            lambda r, again: self._submit(tp, *r, again=again))
 
     def _decode(self, tp: TopicPartition, offset: int, value: bytes | None) -> Decoded | None:
         """The record decoded for the engine; None when it holds nothing for it (poison,
@@ -271,9 +283,10 @@ class KafkaConsumerStage:
             self.metrics.record_consumed(len(decoded.items))
         return decoded
 
-    def _submit(self, tp: TopicPartition, work: Decoded, ticket: Ticket[TopicPartition]
-                ) -> str:
-        """Through the door; why the engine throttled it (nothing taken: retried), or ""."""
+    def _submit(self, tp: TopicPartition, work: Decoded, ticket: Ticket[TopicPartition],
+                again: bool = False) -> str:
+        """Through the door; why the engine throttled it (nothing taken: retried), or "".
+        ``again``: the engine refused this record before, and it was counted then."""
         loop = self._loop
         assert loop is not None
         trace_ids = work.trace_ids
@@ -288,7 +301,8 @@ class KafkaConsumerStage:
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(self._drain_stored)
 
-        res = self.ingest.admit(work, self.metrics, source="kafka", on_stored=on_stored)
+        account = _Refused(self.metrics) if again else self.metrics
+        res = self.ingest.admit(work, account, source="kafka", on_stored=on_stored)
         if res.outcome == "throttled":
             return res.reason or "throttled"
         # on_stored is drained on this loop later, so this comes first
@@ -303,7 +317,7 @@ class KafkaConsumerStage:
                 self._done(finished)
 
     def _retry_throttled(self) -> None:
-        self._retries.retry(lambda tp, r: self._submit(tp, *r),
+        self._retries.retry(lambda tp, r, again: self._submit(tp, *r, again=again),
                             lambda tp, r: r[1].epoch == self.tracker.epoch(tp))
 
     def _retrying(self) -> int:

@@ -14,7 +14,10 @@ Promises:
   non-terminated, ``idle_timeout_s`` later;
 - one refused for any other reason (the engine takes nothing now: the store, the spool,
   open traces, pending spans) stalls its partition: every later record of it waits, and
-  ``stalled`` says the consumer should pause it.
+  ``stalled`` says the consumer should pause it;
+- a record is refused once in the count (``kafka_throttled_total``: records, not attempts):
+  ``submit(record, again)`` is told ``again`` when the engine refused this record before, so
+  a retry pass (every ``throttle_retry_s``) does not count the records still refused again.
 """
 
 from __future__ import annotations
@@ -32,46 +35,51 @@ SHARE = "service_share"
 _WAITS = "waits"
 
 
+# A waiting record: its trace ids, the record, and whether the engine refused it already.
+_Entry = tuple[frozenset[str], R, bool]
+
+
 class Retries(Generic[P, R]):
-    """``offer(partition, trace_ids, record, submit)``: ``submit(record)`` returns why the
-    engine refused it, "" when taken."""
+    """``offer(partition, trace_ids, record, submit)``: ``submit(record, again)`` returns why
+    the engine refused it, "" when taken; ``again``: it refused this record before."""
 
     def __init__(self) -> None:
-        self._queues: dict[P, deque[tuple[frozenset[str], R]]] = {}  # never empty
+        self._queues: dict[P, deque[_Entry[R]]] = {}  # never empty
         self._traces: dict[P, set[str]] = {}  # the trace ids of the records waiting
         self.stalled: set[P] = set()
 
     def offer(self, partition: P, trace_ids: frozenset[str], record: R,
-              submit: Callable[[R], str]) -> None:
+              submit: Callable[[R, bool], str]) -> None:
         queue = self._queues.setdefault(partition, deque())
-        self._offer(partition, trace_ids, record, submit, queue)
+        self._offer(partition, (trace_ids, record, False), submit, queue)
         if not queue:
             del self._queues[partition]
 
-    def _offer(self, partition: P, trace_ids: frozenset[str], record: R,
-               submit: Callable[[R], str], queue: deque[tuple[frozenset[str], R]]) -> None:
+    def _offer(self, partition: P, entry: _Entry[R], submit: Callable[[R, bool], str],
+               queue: deque[_Entry[R]]) -> None:
+        trace_ids, record, again = entry
         waiting = self._traces.get(partition)
         held = partition in self.stalled or (waiting is not None
                                              and not waiting.isdisjoint(trace_ids))
-        refused = _WAITS if held else submit(record)
+        refused = _WAITS if held else submit(record, again)
         if refused:
-            queue.append((trace_ids, record))
+            queue.append((trace_ids, record, again or refused != _WAITS))
             self._traces.setdefault(partition, set()).update(trace_ids)
             if refused not in (_WAITS, SHARE):
                 self.stalled.add(partition)
 
-    def retry(self, submit: Callable[[P, R], str], current: Callable[[P, R], bool]) -> None:
+    def retry(self, submit: Callable[[P, R, bool], str],
+              current: Callable[[P, R], bool]) -> None:
         """Offer every waiting record again, in offset order; ``current(partition, record)``
         False: its partition was revoked meanwhile (dropped: the new owner replays it)."""
         for partition, old in list(self._queues.items()):
-            queue: deque[tuple[frozenset[str], R]] = deque()
+            queue: deque[_Entry[R]] = deque()
             self._queues[partition] = queue
             self._traces[partition] = set()
             self.stalled.discard(partition)
-            for trace_ids, record in old:
-                if current(partition, record):
-                    self._offer(partition, trace_ids, record, partial(submit, partition),
-                                queue)
+            for entry in old:
+                if current(partition, entry[1]):
+                    self._offer(partition, entry, partial(submit, partition), queue)
             if not queue:
                 del self._queues[partition], self._traces[partition]
 
