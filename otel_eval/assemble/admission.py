@@ -108,7 +108,8 @@ class AdmissionControl:
     def _past_load(self, items: Sequence[Span] | Sequence[HeldRecord]) -> set[str]:
         """The services whose items here would put them past their share of the pending
         spans or of their bytes (open and queued, by each span's own service.name), or for
-        log records of the records held or of their bytes (their own budgets); one that
+        log records of the records pending (held and queued) or of the bytes of those held
+        (their own budgets, as they count them); one that
         holds none is never past it, as the whole budget takes a first request of any size."""
         cfg = self.config
         if cfg.max_service_share >= 1.0 or not items:
@@ -118,8 +119,8 @@ class AdmissionControl:
         if isinstance(items[0], Span):
             loads = (asm.load, self._finishing.queued_load)
             max_items, max_bytes = cfg.max_pending_spans, cfg.max_pending_bytes
-        else:  # records: as their budgets count them, held ones
-            loads = (asm.log_load,)
+        else:  # records: as their budgets count them, held and queued (their bytes: held)
+            loads = (asm.log_load, self._finishing.queued_log_load)
             max_items, max_bytes = cfg.max_pending_log_records, cfg.max_pending_log_bytes
         adds = load_of(items)
         over = set()

@@ -58,8 +58,9 @@ class AssemblyConfig:
     # max_pending_log_records and max_pending_log_bytes that one service.name may hold
     # (0..1]; 1.0: none. Slots: the traces its spans or its GenAI log records (their
     # resource's service.name) open; spans and bytes: the pending spans whose own resource
-    # names it; log records: the records held whose resource names it (a service holding
-    # none may send one request of any size).
+    # names it; log records: the pending records (held, or released with their trace and
+    # not yet evaluated) whose resource names it, and the bytes of those held (a service
+    # holding none may send one request of any size).
     # A request whose every service is past a share is throttled (reason `service_share`);
     # in a request with other services (a gateway's batch) only the traces it would open
     # (slots), or its spans (spans, bytes), are rejected (partial success, reason

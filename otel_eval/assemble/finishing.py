@@ -45,7 +45,8 @@ such a sink a trace is released as soon as its sinks have run.
 
 A trace's spans count as pending (``queued_spans``, ``queued_bytes``, and per service
 ``queued_load``: admission bounds them),
-and so do its GenAI event records (``queued_logs``), from its release until ``finish``,
+and so do its GenAI event records (``queued_logs``, per service ``queued_log_load``), from its
+release until ``finish``,
 whatever the stage, so the receivers throttle while the evaluation is behind. A sink that
 raises is logged and counted, and the others still run;
 so do a trace's metrics (``otel_eval_evaluation_failures_total{stage="metrics"}``): the
@@ -122,6 +123,7 @@ class Finishing:
         self.queued_bytes = 0
         self.queued_load = ServiceLoad()  # the queued spans per service (its share of them)
         self.queued_logs = 0  # GenAI event records of the queued traces (pending, as spans)
+        self.queued_log_load = ServiceLoad()  # those records per service (its share of them)
         self.wake = threading.Event()  # set when there is work for process()
 
     def enqueue(self, traces: list[Trace]) -> None:  # lock held
@@ -135,6 +137,7 @@ class Finishing:
             self.queued_load.add(t.spans)
             self.queued_load.add(t.passed)
             self.queued_logs += len(t.logs)
+            self.queued_log_load.add_released(t.logs)
             self._metrics.ingest.trace_released(t.status, t.release_reason,
                                                 len(t.spans) + len(t.passed))
         if traces:
@@ -253,6 +256,8 @@ class Finishing:
                 self.queued_load.remove(job.trace.spans)
                 self.queued_load.remove(job.trace.passed)
             self.queued_logs -= sum(len(j.trace.logs) for j in jobs)
+            for job in jobs:
+                self.queued_log_load.add_released(job.trace.logs, -1)
             self._gauges()
             for job, out in zip(jobs, outcomes, strict=True):
                 tid = job.trace.trace_id

@@ -6,8 +6,11 @@
 A span counts for the service.name of its own resource (``service_of``; "" when unknown:
 the spans naming none share one entry), from when it is taken until its trace is finished,
 as the pending budget counts it; a GenAI log record for its resource's while assembly holds
-it (``max_pending_log_records``, ``max_pending_log_bytes``). An entry at zero is deleted, so
-there are never more entries than pending items.
+it (``max_pending_log_records``, ``max_pending_log_bytes``), and then, released with its trace
+(``LogEvent.service``), until the trace is finished (``max_pending_log_records`` only, as that
+budget counts it: a service whose runs ended while evaluation was behind held none and took
+the whole budget). An entry at zero is deleted, so there are never more entries than pending
+items.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from otel_eval.base.model import Span
+from otel_eval.base.model import LogEvent, Span
 from otel_eval.base.service_name import service_name
 
 if TYPE_CHECKING:
@@ -42,15 +45,23 @@ class ServiceLoad:
     def add(self, spans: Iterable[Span | HeldRecord], sign: int = 1) -> None:
         """Count ``spans`` (or held log records) in (``sign`` 1) or out (-1)."""
         for span in spans:
-            svc = service_of(span)
-            self.spans[svc] += sign
-            self.bytes[svc] += sign * span.nbytes
-            if not self.spans[svc]:
-                del self.spans[svc]
-                del self.bytes[svc]
+            self._count(service_of(span), sign, span.nbytes)
 
     def remove(self, spans: Iterable[Span | HeldRecord]) -> None:
         self.add(spans, -1)
+
+    def add_released(self, records: Iterable[LogEvent], sign: int = 1) -> None:
+        """Count a released trace's log records in (1) or out (-1), by ``LogEvent.service``;
+        no bytes (``max_pending_log_bytes`` counts the records held only)."""
+        for record in records:
+            self._count(record.service, sign, 0)
+
+    def _count(self, svc: str, sign: int, nbytes: int) -> None:
+        self.spans[svc] += sign
+        self.bytes[svc] += sign * nbytes
+        if not self.spans[svc]:
+            del self.spans[svc]
+            del self.bytes[svc]
 
 
 def load_of(spans: Iterable[Span | HeldRecord]) -> ServiceLoad:

@@ -228,6 +228,9 @@ class LogEvent:
     time_unix_nano: int
     attributes: dict[str, Any]
     body: Any  # the record's body as a Python value (None when empty)
+    # the service.name of its resource ("" when it names none, or not known): whose share
+    # of the pending log records it counts in until its trace is evaluated (assembly)
+    service: str = ""
 
 
 @dataclass(slots=True)

@@ -105,7 +105,7 @@ class HeldRecord:
         pb = logs_pb2.LogRecord.FromString(self.raw)
         body = anyvalue_to_python(pb.body) if pb.HasField("body") else None
         return LogEvent(self.trace_id, self.span_id, self.name, self.time_unix_nano,
-                        attributes_to_dict(pb.attributes), body)
+                        attributes_to_dict(pb.attributes), body, self.service)
 
 
 @dataclass
@@ -256,7 +256,7 @@ def hold(record: LogEvent | HeldRecord) -> HeldRecord:
     if isinstance(record, HeldRecord):
         return record
     return HeldRecord(record.trace_id, record.span_id, record.name, record.time_unix_nano,
-                      _record_pb(record).SerializeToString())
+                      _record_pb(record).SerializeToString(), service=record.service)
 
 
 def encode_logs(records: Iterable[LogEvent | HeldRecord]) -> ExportLogsServiceRequest:

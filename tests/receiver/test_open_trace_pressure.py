@@ -399,3 +399,28 @@ def test_a_services_rejected_spans_do_not_fill_the_spool(tmp_path: Path) -> None
             assert resp.partial_success.rejected_spans == 1
         assert _throttled(h, "spool_full") == 0
         assert h.svc.engine.open_traces() == 16
+
+
+def test_log_records_released_and_not_evaluated_count_in_their_services_share(
+        tmp_path: Path) -> None:
+    """The records of a released trace still count in max_pending_log_records until it is
+    evaluated, but no longer in their service's share of it: a service whose runs ended
+    while evaluation was behind took the whole budget, and every other service's records
+    were throttled (`pending_log_records`). They count under their service until evaluated,
+    as a released trace's spans do."""
+    with running_service(tmp_path, **{"assembly.max_service_share": 0.5,
+                                      "assembly.max_pending_log_records": 10}) as h:
+        for i in range(4):
+            assert _send(h, _trace(i, 1, "noisy")) is None
+        assert _export_logs(h, 0, 4, "noisy", 10)[1] is None
+        h.clock.now += h.svc.config.assembly.idle_timeout_s + 1
+        h.svc.engine.tick()  # released, queued for evaluation: still pending
+        assert h.sample("otel_eval_assembly_pending_log_records") == 4
+        assert _export_logs(h, 4, 4, "noisy", 10)[1] == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert _export_logs(h, 10, 4, "quiet", 10)[1] is None
+        throttled = {r: h.sample("otel_eval_receiver_requests_throttled_total",
+                                 protocol="grpc_logs", reason=r)
+                     for r in ("service_share", "pending_log_records")}
+        assert throttled == {"service_share": 1, "pending_log_records": 0}
+        assert h.svc.engine.process() == 4  # evaluated: no longer held against its share
+        assert _export_logs(h, 4, 4, "noisy", 10)[1] is None
