@@ -88,8 +88,10 @@ class AdmissionControl:
         the open traces would open (spans or log records alike: a record's resource names its
         service too), and the services whose spans would put them past their share of the
         pending spans or bytes (``_past_load``: all their spans here). Empty when every
-        service is within its shares, when every service of the request is past one (the
-        request is refused whole, retryable, as a single service's is: ``refusal``), and
+        service is within its shares, when every service of the request is past one or
+        nothing else would be taken (a request of one run whose spans name two services: a
+        Kafka record of one trace; the request is refused whole, retryable, as a single
+        service's is: ``refusal``; rejected, it was lost for good), and
         with pass-through on (a span refused for good would never reach the backend; a
         throttled request is sent again)."""
         cfg, asm = self.config, self._assembler
@@ -102,8 +104,10 @@ class AdmissionControl:
         loaded = self._past_load(spans)
         if not (over or loaded) or all(service_of(s) in over | loaded for s in spans):
             return frozenset(), frozenset()
-        return (frozenset(tid for tid, svc in owners.items() if svc in over),
-                frozenset(loaded))
+        shed = frozenset(tid for tid, svc in owners.items() if svc in over)
+        if all(s.trace_id in shed or service_of(s) in loaded for s in spans):
+            return frozenset(), frozenset()  # nothing else to take: refused whole, retried
+        return shed, frozenset(loaded)
 
     def _past_load(self, items: Sequence[Span] | Sequence[HeldRecord]) -> set[str]:
         """The services whose items here would put them past their share of the pending

@@ -64,8 +64,8 @@ class AssemblyConfig:
     # A request whose every service is past a share is throttled (reason `service_share`);
     # in a request with other services (a gateway's batch) only the traces it would open
     # (slots), or its spans (spans, bytes), are rejected (partial success, reason
-    # `service_share`), the rest taken. Pass-through on: throttled whole (a span rejected
-    # for good would never reach the backend).
+    # `service_share`), the rest taken (nothing else to take: throttled). Pass-through on:
+    # throttled whole (a span rejected for good would never reach the backend).
     max_service_share: float = 1.0
     # GenAI event log records (message content sent as OTLP logs) kept per trace; more are
     # dropped with reason `trace_too_large`.

@@ -112,6 +112,25 @@ def test_a_gateway_batch_over_one_services_share_takes_the_others(tmp_path: Path
                         reason="duplicate_span") == 1
 
 
+def test_a_request_of_one_trace_over_a_share_is_throttled_not_rejected(
+        tmp_path: Path) -> None:
+    """A run that calls another service (its spans under that service's resource) in a
+    request of that trace only (a Kafka record with partition_traces_by_id, or a gateway's
+    batch when one run is in flight): its opener past its share rejected every span of it
+    for good (partial success: the exporter drops it, the Kafka record is committed), though
+    nothing else was taken and no other trace waited. Throttled whole, it is sent again."""
+    share = {"assembly.max_open_traces": 10, "assembly.max_service_share": 0.5}
+    with running_service(tmp_path, **share) as h:
+        assert _send(h, [s for i in range(5) for s in _trace(i, 2, "noisy")]) is None
+        tool = Span(f"{6:032x}", f"{9:016x}", f"{1:016x}", "tool", 2, 3,
+                    resource={"service.name": "tools"})
+        trace = [*_trace(5, 2, "noisy"), tool]
+        assert _send(h, trace) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert _throttled(h, "service_share") == 1
+        assert h.sample("otel_eval_receiver_spans_rejected_total", protocol="grpc",
+                        reason="service_share") == 0
+
+
 def test_with_pass_through_a_gateway_batch_over_a_share_is_throttled_whole(
         tmp_path: Path) -> None:
     """Pass-through owes the backend every span: none is rejected for good for a share."""
