@@ -120,3 +120,18 @@ def test_a_proto_file_cut_short_keeps_its_whole_requests(tmp_path: Path,
     assert WEATHER in _trace_ids(run)
     assert run.failed_files == 1  # and said
     assert f"{path}: OTLP protobuf requests cut short" in capsys.readouterr().err
+
+
+def test_a_symlinked_subdirectory_is_followed_once(tmp_path: Path) -> None:
+    """A subdirectory reached by a symbolic link (a mounted export, a dated run linked as
+    ``latest``) was skipped silently beside other files; it is walked, and a link back up
+    the tree (a loop) or a second link to a directory already walked is not walked again."""
+    shutil.copy(DATA / "otlp_request.json", tmp_path / "a.json")
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "b.json").write_text("{}")
+    (tmp_path / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (elsewhere / "loop").symlink_to(tmp_path, target_is_directory=True)
+    (tmp_path / "again").symlink_to(elsewhere, target_is_directory=True)
+    names = [p.relative_to(tmp_path).as_posix() for p in iter_files(tmp_path)]
+    assert names == ["a.json", "again/b.json"]

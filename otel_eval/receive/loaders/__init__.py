@@ -46,7 +46,9 @@ def _raise(error: LoaderError) -> None:
 def iter_files(path: str | Path, on_error: OnError = _raise) -> Iterator[Path]:
     """``path`` itself, or every regular file under it (recursively, sorted, hidden skipped;
     a FIFO or a socket would block its read); a directory that cannot be listed, or a link
-    to nothing, is an error (``on_error``), not a silent gap."""
+    to nothing, is an error (``on_error``), not a silent gap. A subdirectory reached by a
+    symbolic link is walked as any other, once: a directory already walked (a link back up
+    the tree, a second link to the same one) is not walked again."""
     root = Path(path)
     if not root.is_dir():
         yield root
@@ -55,8 +57,10 @@ def iter_files(path: str | Path, on_error: OnError = _raise) -> Iterator[Path]:
     def unlisted(e: OSError) -> None:
         on_error(LoaderError(e.filename or root, f"cannot list it: {e.strerror or e}"))
 
-    for dirpath, dirnames, filenames in os.walk(root, onerror=unlisted):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    walked = {_dir_key(root)}
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlisted, followlinks=True):
+        dirnames[:] = [d for d in sorted(dirnames) if not d.startswith(".")
+                       and _first_walk(Path(dirpath) / d, walked)]
         for name in sorted(filenames):
             file = Path(dirpath) / name
             if name.startswith("."):
@@ -65,6 +69,24 @@ def iter_files(path: str | Path, on_error: OnError = _raise) -> Iterator[Path]:
                 yield file
             elif file.is_symlink() and not file.exists():  # a gap in the input, said
                 on_error(LoaderError(file, "cannot read: a symbolic link to nothing"))
+
+
+def _dir_key(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:  # os.walk reports it (``onerror``) when it cannot list it
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _first_walk(path: Path, walked: set[tuple[int, int] | None]) -> bool:
+    key = _dir_key(path)
+    if key is None:
+        return True
+    if key in walked:
+        return False
+    walked.add(key)
+    return True
 
 
 def _from_json(doc: Any, path: Path, config: TrajectoryConfig, on_error: OnError,
