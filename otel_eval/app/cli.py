@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from otel_eval.app.cli_args import build_parser, config_from_args
 from otel_eval.app.config import Config, load_config
+from otel_eval.app.gate import Gate
 from otel_eval.base.configcheck import ConfigError, StartupError
 from otel_eval.base.printable import configure_logging, printable
 from otel_eval.base.steps import tokens_total
@@ -56,12 +57,15 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     from otel_eval.evaluate.sessions.offline import SessionCollector
 
     run = run_from_args(args)
+    gate = Gate(args.fail_on)
+    _earned.append(gate.code)
     rows: list[dict[str, Any]] = []
     trials = []
     sessions = SessionCollector(run.cfg.sessions, run.evaluator.predictor)
     evaluated = 0
     for evaluation in run.evaluations():
         evaluated += 1
+        gate.add(evaluation)
         trials += trials_of([evaluation])
         if args.format == "jsonl":  # = json.dumps(to_json()), from the text stored
             out.write(evaluation.to_json_ascii() + "\n")
@@ -80,11 +84,12 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         print(f"otel-eval: {run.not_runs} trace(s) not evaluated: no agent run (only setup "
               "operations such as create_agent)", file=sys.stderr)
     _print_trials(trials, sys.stderr)
+    gate.report(sys.stderr)
     if not (evaluated or run.not_runs or run.failed_files):  # as inspect and show: said
         print("otel-eval eval: no trace in " + printable(" ".join(map(str, args.paths)))
               + " (no trace file, or none holding a span)", file=sys.stderr)
         return 1
-    return 1 if run.failed_files else 0
+    return max(1 if run.failed_files else 0, gate.code())  # EVAL_EXIT_CODES
 
 
 def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:

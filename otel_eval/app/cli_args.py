@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, TypeAlias
 
 from otel_eval.app.config import Config, load_config, replace
+from otel_eval.app.gate import EVAL_EXIT_CODES, FAIL_ON
 from otel_eval.base.configcheck import is_ascii_digits, parse_endpoint
 from otel_eval.evaluate.detectors.config import (
     BUDGET_NAMES,
@@ -53,6 +54,15 @@ def _at_least_one(noun: str, digits: int) -> Callable[[str], int]:
         return n
 
     return parse
+
+
+def _fail_on(value: str) -> list[str]:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    wrong = [n for n in names if n not in FAIL_ON]
+    if wrong or not names:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: --fail-on takes {', '.join(FAIL_ON)} (comma-separated)")
+    return names
 
 
 def _usd(value: str) -> float:
@@ -147,13 +157,20 @@ def _serve_command(sub: Commands) -> None:
 
 
 def _eval_command(sub: Commands) -> None:
-    ev = sub.add_parser("eval", help="evaluate trace files offline")
+    codes = "; ".join(f"{code}: {meaning}" for code, meaning in EVAL_EXIT_CODES.items())
+    ev = sub.add_parser("eval", help="evaluate trace files offline",
+                        epilog=f"exit codes: {codes.replace('`', '')}")
     _common(ev)
     ev.add_argument("paths", nargs="+", metavar="PATH")
     ev.add_argument("--format", choices=["table", "jsonl"], default="table")
     ev.add_argument("--max-cost-usd", type=_usd, metavar="USD",
                     help="stop judging once the judge has spent this much")
     ev.add_argument("--turns", action="store_true", help=_TURNS_HELP)
+    ev.add_argument("--fail-on", type=_fail_on, action="extend", default=[],
+                    metavar="WHAT[,WHAT...]",
+                    help="exit 3 when a trace trips WHAT (repeatable): 'failed' (its verdict "
+                         "did not pass) or a detector (" + ", ".join(FAIL_ON[1:]) + "; a "
+                         "finding of it at warning or error, notes never)")
     _model(ev)
 
 

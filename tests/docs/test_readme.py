@@ -26,7 +26,8 @@ README = ROOT / "README.md"
 # generated section -> the document holding it
 DOCS = {"config-reference": ROOT / "docs" / "configuration.md",
         "metrics-reference": ROOT / "docs" / "metrics.md",
-        "conversation-readers": ROOT / "docs" / "sessions.md"}
+        "conversation-readers": ROOT / "docs" / "sessions.md",
+        "eval-exit-codes": ROOT / "docs" / "guide.md"}
 
 
 def _metrics_table() -> str:
@@ -62,10 +63,19 @@ def _readers_table() -> str:
     return "\n\n".join(out)
 
 
+def _exit_codes_table() -> str:
+    """``otel-eval eval``'s exit codes (``app.gate``), as its ``--help`` gives them."""
+    from otel_eval.app.gate import EVAL_EXIT_CODES
+
+    return "\n".join(["| exit code | meaning |", "|---|---|",
+                      *(f"| {code} | {meaning} |" for code, meaning in EVAL_EXIT_CODES.items())])
+
+
 def _sections() -> dict[str, str]:
     return {"config-reference": "```yaml\n" + reference() + "```",
             "metrics-reference": _metrics_table(),
-            "conversation-readers": _readers_table()}
+            "conversation-readers": _readers_table(),
+            "eval-exit-codes": _exit_codes_table()}
 
 
 def _block(name: str) -> re.Pattern[str]:

@@ -1,0 +1,57 @@
+"""``otel-eval eval --fail-on``: the exit code a CI gate reads from the verdicts, so a gate
+need not parse the jsonl. ``--fail-on failed`` trips on a trace whose verdict did not pass
+(or that could not be evaluated); ``--fail-on loop`` (any detector's name) on a trace with a
+finding of that detector at ``warning`` or ``error`` (its notes, at ``info``, never trip it).
+Tripped, eval exits ``EXIT_GATE`` (3), distinct from 1 (a file could not be read, no trace)
+and 2 (a wrong flag or configuration); the traces that tripped it are counted on stderr."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import TextIO
+
+from otel_eval.base.results import NOTE_KINDS, Evaluation
+from otel_eval.evaluate.detectors.config import DETECTOR_NAMES
+
+# What ``--fail-on`` may name: ``failed``, or a detector.
+FAIL_ON: tuple[str, ...] = ("failed", *DETECTOR_NAMES)
+# eval's exit codes, for ``--help`` and docs/guide.md (generated from this table).
+EXIT_GATE = 3
+EVAL_EXIT_CODES: dict[int, str] = {
+    0: "every file read; no trace tripped `--fail-on` (without it: whatever the verdicts)",
+    1: "a file could not be read (each named on stderr), or the input holds no trace",
+    2: "a wrong flag, or a configuration that cannot be used (named on stderr)",
+    EXIT_GATE: "a trace tripped `--fail-on` (counted on stderr by what tripped it); "
+               "wins over 1",
+}
+
+
+class Gate:
+    """Counts the traces that trip what ``--fail-on`` names (nothing named: none trips)."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self._names = frozenset(names)
+        self.tripped: Counter[str] = Counter()  # what tripped -> traces
+        self.traces = 0
+
+    def add(self, evaluation: Evaluation) -> None:
+        hits = set()
+        verdict = evaluation.verdict
+        if "failed" in self._names and (verdict is None or not verdict.passed):
+            hits.add("failed")
+        for f in evaluation.findings:
+            if (f.detector in self._names and f.severity != "info"
+                    and (f.detector, f.kind) not in NOTE_KINDS):
+                hits.add(f.detector)
+        self.tripped.update(hits)
+        self.traces += bool(hits)
+
+    def code(self) -> int:
+        return EXIT_GATE if self.traces else 0
+
+    def report(self, err: TextIO) -> None:
+        if self.traces:
+            what = ", ".join(f"{name}: {n}" for name, n in sorted(self.tripped.items()))
+            print(f"otel-eval eval: --fail-on: {self.traces} trace(s) tripped it ({what})",
+                  file=err)
