@@ -1,16 +1,21 @@
 """Input files of the offline commands, gunzipped when their content is gzip (by the magic,
-whatever the name), the decompressed bytes bounded as ``read_body`` bounds an HTTP body's:
-a small gzip bomb (1 MB on disk, 1 GB inflated) is cut off at ``MAX_GUNZIPPED_BYTES`` with
-``TooLarge``, never inflated into memory whole."""
+whatever the name; zstd likewise), the decompressed bytes bounded as ``read_body`` bounds an
+HTTP body's: a small gzip bomb (1 MB on disk, 1 GB inflated) is cut off at
+``MAX_GUNZIPPED_BYTES`` with ``TooLarge``, never inflated into memory whole."""
 
 from __future__ import annotations
 
 import gzip
 import io
+import mmap
 from pathlib import Path
 from typing import IO
 
 GZIP_MAGIC = b"\x1f\x8b"
+# A zstd frame's first bytes: the collector file exporter's only compression (``compression:
+# zstd``) starts each request it writes with one (after the request's 4-byte size), or the
+# file with one (its ``exporter.file.nativeCompression`` feature gate: the file one stream).
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 # Most bytes a gzip input file may decompress to (1 GiB): past what one offline run can
 # parse anyway (a JSON document takes ~10 times its size in memory); a larger file is
 # refused, naming it (gunzip it first to read it as a plain file).
@@ -18,7 +23,11 @@ MAX_GUNZIPPED_BYTES = 1 << 30
 
 
 class TooLarge(ValueError):
-    """A gzip file that decompresses past the limit (the caller names the file)."""
+    """A gzip or zstd file that decompresses past the limit (the caller names the file)."""
+
+
+class ZstdError(ValueError):
+    """zstd content that does not decompress (cut short, corrupt); the caller names the file."""
 
 
 class _Bounded(io.RawIOBase):
@@ -69,9 +78,35 @@ def open_text(path: Path, limit: int | None = None) -> IO[str]:
     return io.TextIOWrapper(open_binary(path, limit), encoding="utf-8-sig")
 
 
+def unzstd(data: bytes, limit: int | None = None) -> bytes:
+    """zstd ``data`` (its frames, one after the other) decompressed, at most ``limit`` bytes
+    (``MAX_GUNZIPPED_BYTES`` by default; ``TooLarge`` past it, ``ZstdError`` when it does
+    not decompress). The decoder writes into a buffer of that size, an anonymous mapping
+    whose pages are memory only once written, and stops when it is full: a zstd bomb is cut
+    off at the limit, never inflated whole."""
+    import cramjam  # the lock's zstd (also aiokafka's codec); imported when a file needs it
+
+    bound = MAX_GUNZIPPED_BYTES if limit is None else limit
+    with mmap.mmap(-1, bound + 1) as out:
+        try:
+            n = cramjam.zstd.decompress_into(data, out)
+        except cramjam.DecompressionError as e:
+            if "whole buffer" in str(e):  # the buffer is full: more was coming
+                n = bound + 1
+            else:
+                raise ZstdError(f"zstd content that does not decompress: {e}") from e
+        if n > bound:
+            raise TooLarge(f"zstd content decompresses past the limit of {bound} bytes "
+                           "(zstd -d it to read it as a plain file)")
+        return out[:n]
+
+
 def read_data(data: bytes, limit: int | None = None) -> bytes:
-    """``data`` (a file's content) gunzipped when it starts with the gzip magic, at
-    most ``limit`` bytes (``TooLarge`` past it); else ``data`` itself."""
+    """``data`` (a file's content) gunzipped when it starts with the gzip magic, or
+    decompressed when it starts with zstd's (``unzstd``), at most ``limit`` bytes
+    (``TooLarge`` past it); else ``data`` itself."""
+    if data[:4] == ZSTD_MAGIC:
+        return unzstd(data, limit)
     if data[:2] != GZIP_MAGIC:
         return data
     bound = MAX_GUNZIPPED_BYTES if limit is None else limit

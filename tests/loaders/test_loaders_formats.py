@@ -243,3 +243,70 @@ def test_a_gzip_bomb_is_refused_naming_the_file_not_inflated(
         tracemalloc.stop()
     assert info.value.path == str(bomb) and str(bomb) in str(info.value)
     assert peak < 8 << 20  # not the 64 MiB it inflates to
+
+
+def _zstd(data: bytes) -> bytes:
+    import cramjam  # in the lock (aiokafka's zstd codec): a zstd frame as the exporter's
+
+    return bytes(cramjam.zstd.compress(data))
+
+
+
+def _zstd_export(lines: list[bytes], shape: str, fmt: str) -> bytes:
+    """The file exporter's ``compression: zstd`` output of these JSON requests: each request
+    a zstd frame after its 4-byte size (``framed``, its default), or with its native
+    compression gate the file it writes without compression, one zstd stream (``stream``)."""
+    if fmt == "proto":
+        requests = [request_from_json(line).SerializeToString() for line in lines]
+    else:
+        requests = lines
+    if shape == "framed":
+        return b"".join(len(z).to_bytes(4, "big") + z for z in map(_zstd, requests))
+    if fmt == "proto":
+        return _zstd(b"".join(len(r).to_bytes(4, "big") + r for r in requests))
+    return _zstd(b"".join(line + b"\n" for line in requests))
+
+
+@pytest.mark.parametrize("fmt", ["json", "proto"])
+@pytest.mark.parametrize("shape", ["framed", "stream"])
+def test_the_file_exporters_zstd_output_is_read_as_its_plain_output(
+        tmp_path: Path, shape: str, fmt: str) -> None:
+    """The collector file exporter's only compression, ``compression: zstd``, was refused
+    as 'not a recognised trace file' (or 'request 1: not an OTLP protobuf request'): a CI
+    gate over its files read nothing. Both of its shapes are read as its plain output."""
+    plain = DATA / "collector_export.jsonl"
+    lines = plain.read_bytes().splitlines()
+    path = tmp_path / "traces"
+    path.write_bytes(_zstd_export(lines, shape, fmt))
+    assert _steps_json(load_file(path)) == _steps_json(load_file(plain))
+    (tmp_path / "other.json").write_bytes(gzip.compress(plain.read_bytes()))
+    assert len(list(load_path(tmp_path))) == len(load_file(plain))  # a copy: refused
+
+
+@pytest.mark.parametrize("shape", ["framed", "stream"])
+def test_a_zstd_bomb_is_refused_naming_the_file_not_inflated(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str) -> None:
+    import tracemalloc
+
+    monkeypatch.setattr("otel_eval.decode.compressed.MAX_GUNZIPPED_BYTES", 1 << 20)
+    monkeypatch.setattr("otel_eval.receive.loaders.otlp_files.MAX_GUNZIPPED_BYTES", 1 << 20)
+    line = (DATA / "collector_export.jsonl").read_bytes().splitlines()[0]
+    bomb = tmp_path / "bomb"
+    bomb.write_bytes(_zstd_export([line + b" " * (64 << 20)], shape, "json"))
+    tracemalloc.start()
+    try:
+        with pytest.raises(LoaderError, match="limit of 1048576 bytes") as info:
+            load_file(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info.value.path == str(bomb)
+    assert peak < 8 << 20  # not the 64 MiB it inflates to (as Python bytes; the decoder's
+    # buffer is a mapping of the limit's size, which tracemalloc does not see)
+
+
+def test_zstd_that_does_not_decompress_is_a_loader_error(tmp_path: Path) -> None:
+    path = tmp_path / "cut.zst"
+    path.write_bytes(_zstd((DATA / "collector_export.jsonl").read_bytes())[:-8])
+    with pytest.raises(LoaderError, match="cannot read: zstd content that does not"):
+        load_file(path)

@@ -142,7 +142,7 @@ def _load_file(path: Path, config: TrajectoryConfig | None,
     cfg = config or TrajectoryConfig()
     report = on_error or _raise
     try:
-        data = read_bytes(path)
+        data = otlp_files.unframe_zstd(read_bytes(path), path, report)
         if not data.strip():  # the file exporter's output before its first request (it
             return []  # creates the file at start: a ``file/logs`` of a run with no logs)
         head = data.lstrip()[:1]

@@ -20,7 +20,7 @@ from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.base.model import Span, Trace
 from otel_eval.base.printable import printable
-from otel_eval.decode.compressed import TooLarge, read_data
+from otel_eval.decode.compressed import TooLarge, ZstdError, read_data
 from otel_eval.decode.otlp_logs import HeldRecord
 
 log = logging.getLogger(__name__)
@@ -43,10 +43,12 @@ class LoaderError(ValueError):
 def read_bytes(path: Path) -> bytes:
     """The file's content, gunzipped when it starts with the gzip magic (whatever its name;
     at most ``MAX_GUNZIPPED_BYTES``, 1 GiB: a gzip bomb is refused, not inflated), without
-    a UTF-8 byte order mark (editors on Windows add one to JSON files)."""
+    a UTF-8 byte order mark (editors on Windows add one to JSON files). A zstd file (the
+    collector file exporter's ``compression: zstd``, its native stream) likewise, bounded
+    the same (its per-request frames: ``otlp_files.unframe_zstd``)."""
     try:
         data = read_data(path.read_bytes())
-    except (OSError, EOFError, zlib.error, TooLarge) as e:
+    except (OSError, EOFError, zlib.error, TooLarge, ZstdError) as e:
         raise LoaderError(path, f"cannot read: {e}") from e
     return data[3:] if data[:3] == _UTF8_BOM else data
 

@@ -30,6 +30,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_eval.base.model import Span
+from otel_eval.decode.compressed import MAX_GUNZIPPED_BYTES, ZSTD_MAGIC, TooLarge, ZstdError, unzstd
 from otel_eval.decode.otlp import decode_request
 from otel_eval.decode.otlp_json import (
     message_from_dict,
@@ -59,7 +60,12 @@ _LOGS_KEYS = (b'"resourceLogs"', b'"resource_logs"')
 
 def may_hold_logs(data: bytes) -> bool:
     """Whether a file's content may hold log records (an OTLP/JSON logs request or lines of
-    them, without parsing them; OTLP protobuf requests: a logs request among them)."""
+    them, without parsing them; OTLP protobuf requests: a logs request among them; the
+    file exporter's zstd requests: decompressed first)."""
+    try:
+        data = unframe_zstd(data, Path(), _ignored)
+    except LoaderError:
+        return False
     if data.lstrip()[:1] in (b"{", b"["):
         return any(k in data for k in _LOGS_KEYS)
     try:
@@ -203,6 +209,34 @@ def _protobuf_requests(data: bytes, path: Path, on_error: OnError,
             raise LoaderError(path, f"request {number}: not an OTLP protobuf request")
         if req is not _SKIPPED:
             yield f"request {number}: ", req
+
+
+def unframe_zstd(data: bytes, path: Path, on_error: OnError) -> bytes:
+    """The collector file exporter's ``compression: zstd`` output (each request a zstd
+    frame after its 4-byte size, whatever the ``format``) as the file it writes without
+    compression: JSON lines for ``format: json``, size-prefixed requests for ``proto``;
+    any other ``data`` as it is. The requests decompress to ``MAX_GUNZIPPED_BYTES`` in all
+    (``unzstd``: a bomb is cut off, naming the file); a last request cut short is reported
+    (``on_error``) and the whole ones before it read."""
+    frames, whole = _frames(data)
+    if not frames or frames[0][:4] != ZSTD_MAGIC:
+        return data
+    if not whole:
+        on_error(LoaderError(path, "zstd requests cut short (the file exporter's output, the "
+                                   f"last request incomplete?): the {len(frames)} whole "
+                                   "requests before it read"))
+    out: list[bytes] = []
+    left = MAX_GUNZIPPED_BYTES
+    for number, frame in enumerate(frames, 1):
+        try:
+            request = unzstd(frame, left)
+        except (TooLarge, ZstdError) as e:
+            raise LoaderError(path, f"request {number}: cannot read: {e}") from e
+        left -= len(request)
+        out.append(request)
+    if out[0].lstrip()[:1] == b"{":  # format: json
+        return b"\n".join(out) + b"\n"
+    return b"".join(len(r).to_bytes(4, "big") + r for r in out)
 
 
 def _frames(data: bytes) -> tuple[list[bytes], bool]:
