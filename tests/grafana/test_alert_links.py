@@ -49,8 +49,16 @@ def _counted(ev: Evaluation, counter: str) -> bool:
                if s.name == counter)
 
 
-def _link(template: str, labels: dict[str, str] = LABELS) -> dict[str, list[str]]:
-    url = re.sub(r"\{\{ \$externalLabels\.otel_eval_url \}\}", "", template)
+# Prometheus' rule evaluation time, as the rules' links read it (`query "time()"`)
+NOW_S = 10**9 + 60  # a minute after the runs below were evaluated
+_QUERY = re.compile(r'\{\{ with query "time\(\)(?: - (\d+))?" \}\}'
+                    r'\{\{ \. \| first \| value \| printf "%\.0f" \}\}\{\{ end \}\}')
+
+
+def _link(template: str, labels: dict[str, str] = LABELS,
+          now_s: int = NOW_S) -> dict[str, list[str]]:
+    url = _QUERY.sub(lambda m: str(now_s - int(m.group(1) or 0)), template)
+    url = re.sub(r"\{\{ \$externalLabels\.otel_eval_url \}\}", "", url)
     url = re.sub(r"\{\{ \$labels\.(\w+) \| urlquery \}\}",
                  lambda m: quote(labels[m.group(1)], safe=""), url)
     assert "{{" not in url, url
@@ -74,6 +82,41 @@ def test_an_alert_link_lists_exactly_the_runs_its_metric_counts(tmp_path: Path) 
         assert listed == counted, (rule["alert"], params["detector"])
         checked += 1
     assert checked >= 6
+
+
+def test_an_alert_link_opens_the_window_its_expression_counts(tmp_path: Path) -> None:
+    """An agent alert's link lists the runs of the window its expression counts (15, 30 or
+    60 minutes up to the evaluation that fired it: `since`, `until`), not the newest runs of
+    the agent. Before, it carried no window: opened when the alert fired, or an hour later,
+    the list began with whatever ran since, and the runs that fired it were further down or
+    on a later page."""
+    now_s = 1_800_000_000
+    store = Store(str(tmp_path / "s.db"))
+    checked = 0
+    for rule in alert_rules():
+        template = (rule.get("annotations") or {}).get("otel_eval_url", "")
+        if "traces_completed" not in rule.get("expr", "") or not template:
+            continue
+        window_s = 60 * max(int(m) for m in re.findall(r"\[(\d+)m\]", rule["expr"]))
+        params = _link(template, now_s=now_s)
+        assert (params.get("since"), params.get("until")) == (
+            [str(now_s - window_s)], [str(now_s)]), rule["alert"]
+        # a looping, non-terminated, overrun run before the window, one in it, one after
+        edges = (now_s - window_s - 1, now_s - window_s, now_s - 1, now_s)
+        runs = [Evaluation(Trajectory(f"{checked:08x}{i:024x}", "otlp", "complete", [],
+                                      service="shop", agent="planner"),
+                           [Finding(d, k, "error", "x") for d, k in
+                            (("loop", "stagnation"), ("non_termination", "halted"),
+                             ("budget", "steps_exceeded"))],
+                           Verdict(False, []), evaluated_at_ns=t * 10**9)
+                for i, t in enumerate(edges)]
+        store.put_many(runs)
+        listed = {b["trace_id"] for b in store.query(EvaluationQuery.from_params(
+            {**params, "limit": ["100"]})).evaluations} & {r.trace_id for r in runs}
+        assert listed == {runs[1].trace_id, runs[2].trace_id}, rule["alert"]
+        checked += 1
+    assert checked == 8
+    store.close()
 
 
 def _panel_links(panel: dict[str, Any], ref_id: str) -> list[str]:

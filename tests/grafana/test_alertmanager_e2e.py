@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,7 @@ def test_a_looping_agent_is_paged_once_grouped_and_resolved(tmp_path: Path) -> N
     metrics = Metrics()
     target = serve(metrics)
     webhook = Webhook()
+    started = time.time()
     ids = (f"{i:032x}" for i in itertools.count(1))
 
     def send(service: str, agent: str, *loops: bool) -> None:
@@ -89,8 +92,12 @@ def test_a_looping_agent_is_paged_once_grouped_and_resolved(tmp_path: Path) -> N
     assert alert["labels"] == {"alertname": "OtelEvalLoopsRepeated", "service": "shop",
                                "agent": "looper", "severity": "warning"}  # link base dropped
     assert alert["annotations"]["summary"] == "looper (shop) looped in 3 runs within the hour"
-    assert alert["annotations"]["otel_eval_url"] == (
-        f"{URL}/ui/?service=shop&agent=looper&detector=loop")
+    # the hour its count covers, up to the evaluation that fired it (Prometheus' time())
+    link = re.fullmatch(re.escape(f"{URL}/ui/?service=shop&agent=looper&detector=loop")
+                        + r"&since=(\d+)&until=(\d+)", alert["annotations"]["otel_eval_url"])
+    assert link, alert["annotations"]["otel_eval_url"]
+    since, until = int(link.group(1)), int(link.group(2))
+    assert until - since == 3600 and started - 1 <= until <= time.time() + 1, (since, until)
     assert [a["labels"]["alertname"] for a in resolved["alerts"]] == ["OtelEvalLoopsRepeated"]
     assert resolved["alerts"][0]["status"] == "resolved"
 
