@@ -356,3 +356,28 @@ def test_the_issues_table_shows_title_severity_status_trend_share_and_links() ->
                     if o["matcher"]["options"] == "Severity")
     (mapping,) = [p["value"] for p in severity["properties"] if p["id"] == "mappings"]
     assert set(mapping[0]["options"]) == {"low", "medium", "high", "critical"}
+
+
+def test_an_alert_sends_to_a_panel_at_the_window_it_counts() -> None:
+    """An alert whose description sends to a panel over the Share window (``$window``, 1h by
+    default) says to set that window to the alert's own (15m), an option of the variable:
+    before, "Open the Loop rate panel" showed the share over the hour, another percentage
+    than the alert's over 15 minutes (a short burst that fired it read under 10 %). And the
+    panel named is on the dashboard (the budget alerts named "Budget overruns", a panel that
+    is not: it is "Budget overruns by budget")."""
+    windows = {p["title"]: p for p in panels()}
+    (window,) = [v for v in dashboard()["templating"]["list"] if v["name"] == "window"]
+    options = {o["value"] for o in window["options"]}
+    checked = 0
+    for rule in alert_rules():
+        description = (rule.get("annotations") or {}).get("description", "")
+        for title in re.findall(r"(?:[Oo]pen|[Ss]ee) the (.+?) panel", description):
+            assert title in windows, (rule["alert"], title)  # a panel of that name
+            panel = windows[title]
+            if not any("$window" in t["expr"] for t in panel["targets"]):
+                continue
+            minutes = max(int(m) for m in re.findall(r"\[(\d+)m\]", rule["expr"]))
+            assert f"{minutes}m" in options, window["options"]
+            assert f"Share window at {minutes}m" in description, (rule["alert"], description)
+            checked += 1
+    assert checked >= 2
