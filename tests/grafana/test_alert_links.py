@@ -150,6 +150,8 @@ def test_a_panel_series_links_exactly_the_runs_it_counts(tmp_path: Path) -> None
                 continue
             for template in _panel_links(panel, target["refId"]):
                 url = template.replace("${otel_eval_url}", "{{ $externalLabels.otel_eval_url }}")
+                url = url.replace("${__from:date:seconds}", "0").replace(
+                    "${__to:date:seconds}", str(NOW_S))
                 url = re.sub(r"\$\{__field\.labels\.(\w+):percentencode\}",
                              r"{{ $labels.\1 | urlquery }}", url)
                 params = _link(url)
@@ -158,6 +160,42 @@ def test_a_panel_series_links_exactly_the_runs_it_counts(tmp_path: Path) -> None
                 counted = {ev.trace_id for ev in runs
                            if not counters or _counted(ev, counters[0])}
                 assert listed == counted, (panel["title"], target["refId"], template)
+                checked += 1
+    assert checked >= 7
+    store.close()
+
+
+def test_a_panel_series_links_the_runs_of_the_dashboards_time_range(tmp_path: Path) -> None:
+    """A series' link to its runs carries the dashboard's time range (Grafana's
+    ``${__from:date:seconds}``, ``${__to:date:seconds}``): the runs the panel shows, not the
+    newest runs of the agent. Before, it carried none: a spike clicked on yesterday's graph
+    opened today's runs."""
+    start_s, end_s = 1_800_000_000, 1_800_021_600  # a 6 hour range
+    store = Store(str(tmp_path / "s.db"))
+    edges = (start_s - 1, start_s, end_s - 1, end_s)
+    runs = [Evaluation(Trajectory(f"{i:032x}", "otlp", "complete", [], service="shop",
+                                  agent="planner"),
+                       [Finding("loop", "stagnation", "error", "x"),
+                        Finding("non_termination", "halted", "error", "x")],
+                       Verdict(False, []), evaluated_at_ns=t * 10**9)
+            for i, t in enumerate(edges)]
+    store.put_many(runs)
+    checked = 0
+    for panel in panels():
+        for target in panel["targets"]:
+            for template in _panel_links(panel, target["refId"]):
+                if not template.startswith("${otel_eval_url}/ui/?"):
+                    continue
+                url = template.replace("${__from:date:seconds}", str(start_s)).replace(
+                    "${__to:date:seconds}", str(end_s)).replace("${otel_eval_url}", "")
+                url = re.sub(r"\$\{__field\.labels\.(\w+):percentencode\}",
+                             lambda m: LABELS[m.group(1)], url)
+                params = parse_qs(urlsplit(url).query, keep_blank_values=True)
+                assert (params.get("since"), params.get("until")) == (
+                    [str(start_s)], [str(end_s)]), (panel["title"], template)
+                listed = {b["trace_id"] for b in store.query(EvaluationQuery.from_params(
+                    {**params, "limit": ["100"]})).evaluations}
+                assert listed == {runs[1].trace_id, runs[2].trace_id}, panel["title"]
                 checked += 1
     assert checked >= 7
     store.close()
