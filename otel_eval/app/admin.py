@@ -187,6 +187,8 @@ class AdminApi:
     issues: Callable[[], dict[str, Any] | None] = lambda: None
     # (issue id, offset, limit) -> one page of the issue's runs, or None (unknown issue)
     issue_runs: Callable[[str, int, int], dict[str, Any] | None] = lambda _i, _o, _l: None
+    # trace id -> the issues (issue_id, title) of the last clustering run the run is one of
+    run_issues: Callable[[str], list[dict[str, str]]] = lambda _t: []
     # the agreement of the judge and the predictor with the recorded outcomes
     # (evaluate.calibration.report); None: not served
     calibration: Callable[[], dict[str, Any] | None] = lambda: None
@@ -413,7 +415,7 @@ def routes(api: AdminApi, writes: Writes = "open") -> Router:
     r = _Routes(api)
     sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url,
                       api.issue_runs, api.sessions, api.session, api.calibration,
-                      api.pass_threshold, writes)
+                      api.pass_threshold, writes, api.run_issues)
     return Router((
         route("GET", r"/metrics/*", r.metrics),
         route("GET", r"/healthz/*", r.healthz),

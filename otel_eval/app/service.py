@@ -231,6 +231,7 @@ class Service:
             issues=self.issues.latest_json if self.issues is not None else lambda: None,
             issue_runs=(self.issues.runs if self.issues is not None
                         else lambda _i, _o, _l: None),
+            run_issues=self.issues.of_run if self.issues is not None else lambda _t: [],
             calibration=self.calibration,
             refused=self.metrics.ingest.request_refused,
             redact=Redactor(config.judge.redaction).redact,

@@ -135,3 +135,41 @@ def test_paging_an_issue_does_not_go_over_all_its_runs_per_page() -> None:
     assert [t for p in pages if p is not None for t in p["trace_ids"]] == list(
         issue.trace_ids) == sorted(issue.trace_ids)
     assert _CountedIds.passes == 0
+
+
+def test_a_runs_page_links_the_issues_it_is_one_of() -> None:
+    """The issue pages link their runs; a run's page (/ui/runs/ID) links back to the
+    recurring issues it is one of (its place on /ui/issues and the issue's runs), so the
+    on-call path from a failed run reaches the others like it. Before, it named none."""
+    from otel_eval.base.results import Evaluation, Verdict
+    from otel_eval.base.steps import Trajectory
+    from otel_eval.outputs.issues.result import run_issues
+
+    result = issues_offline(window(30), now=1.0)
+    issue = max(result.issues, key=lambda i: i.traces)
+    member = issue.trace_ids[len(issue.trace_ids) // 2]
+    outsider = "f" * 32
+    assert outsider not in issue.trace_ids
+
+    def body(trace_id: str) -> dict[str, Any]:
+        traj = Trajectory(trace_id, "otlp", "complete", [], service="shop", agent="a")
+        return Evaluation(traj, [], Verdict(False, ["x"]), evaluated_at_ns=10**18).to_json()
+
+    api = AdminApi(CollectorRegistry(), lambda _q: pytest.fail("query"), body,
+                   lambda _t, _o: None, lambda: True, lambda: True,
+                   issues=lambda: to_json(result, assignments=False),
+                   issue_runs=lambda i, o, n: issue_runs(result, i, o, n),
+                   run_issues=lambda t: run_issues(result, t))
+    server = AdminServer("127.0.0.1:0", api, AdminConfig(endpoint="127.0.0.1:0"))
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.port}"
+        status, page = _get(f"{url}/ui/runs/{member}")
+        status_out, page_out = _get(f"{url}/ui/runs/{outsider}")
+    finally:
+        server.stop()
+    assert status == 200 == status_out
+    text = page.decode()
+    assert f'href="/ui/issues#issue-{issue.issue_id}"' in text
+    assert f'href="/ui/issues/{issue.issue_id}/runs"' in text
+    assert "/ui/issues" not in page_out.decode().replace('href="/ui/issues"', "")

@@ -53,6 +53,7 @@ from otel_eval.outputs.issues.result import (
     Issue,
     IssuesResult,
     issue_runs,
+    run_issues,
     to_json,
     top_issue_gauge_samples,
 )
@@ -231,6 +232,12 @@ class IssuesJob:
         /v1/issues/{id}/runs``); None when no run has it."""
         latest = self.latest()
         return None if latest is None else issue_runs(latest, issue_id, offset, limit)
+
+    def of_run(self, trace_id: str) -> list[dict[str, str]]:
+        """The issues of the last successful run that the run ``trace_id`` is one of (the
+        run page links each); none before the first run."""
+        latest = self.latest()
+        return [] if latest is None else run_issues(latest, trace_id)
 
     def latest_json(self) -> dict[str, Any]:
         """The ``GET /v1/issues`` object of the last successful run (without assignments);

@@ -8,6 +8,7 @@ share stored by the previous run (None for a new issue).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -211,6 +212,18 @@ def _other_sample(result: IssuesResult, level: str, node: str,
 
 
 MAX_RUNS_PAGE = 1000  # trace ids per page of GET /v1/issues/{id}/runs
+
+
+def run_issues(result: IssuesResult, trace_id: str) -> list[dict[str, str]]:
+    """The issues of the last clustering run's window that ``trace_id``'s run is one of
+    (``issue_id``, ``title``; the runs page links back to each): a binary search of each
+    issue's sorted ``trace_ids``."""
+    out = []
+    for issue in result.issues:
+        at = bisect.bisect_left(issue.trace_ids, trace_id)
+        if at < len(issue.trace_ids) and issue.trace_ids[at] == trace_id:
+            out.append({"issue_id": issue.issue_id, "title": issue.title})
+    return out
 
 
 def issue_runs(result: IssuesResult, issue_id: str, offset: int,

@@ -130,3 +130,15 @@ def issue_runs_page(runs: dict[str, Any]) -> Html:
         body.append(h("p", h("a", "next runs", href=f"/ui/issues/{segment(issue_id)}/runs"
                                                      f"?offset={nxt}")))
     return Html("".join(body))
+
+
+def run_issues_section(issues: list[dict[str, str]]) -> Html | None:
+    """On a run's page: the recurring issues it is one of, each linked to its place on the
+    issues page (``#issue-{id}``) and to its other runs; None when it is in none."""
+    if not issues:
+        return None
+    items = [h("li", h("a", str(i.get("title") or i["issue_id"]),
+                       href="/ui/issues#issue-" + segment(str(i["issue_id"]))), " (",
+               h("a", "its runs", href=f"/ui/issues/{segment(str(i['issue_id']))}/runs"), ")")
+             for i in issues[:20]]
+    return h("section", h("h2", "Recurring issues"), h("ul", items), class_="run-issues")

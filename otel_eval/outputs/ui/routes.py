@@ -40,7 +40,7 @@ from otel_eval.base.configcheck import ascii_int
 from otel_eval.outputs.issues.result import OTHER_ISSUE_ID
 from otel_eval.outputs.ui.calibration import calibration_page
 from otel_eval.outputs.ui.html import HEADERS, Html, h, join, page
-from otel_eval.outputs.ui.issues import issue_runs_page, issues_page
+from otel_eval.outputs.ui.issues import issue_runs_page, issues_page, run_issues_section
 from otel_eval.outputs.ui.outcome import Writes, outcome_section
 from otel_eval.outputs.ui.run import tree
 from otel_eval.outputs.ui.runs import DEFAULT_LIMIT, FILTERS, runs_page
@@ -73,6 +73,9 @@ class Sources:
     calibration: Callable[[], dict[str, Any] | None] = lambda: None
     pass_threshold: float = 0.5  # prediction.pass_threshold
     writes: Writes = "open"  # who may POST /v1/feedback (the outcome form's request)
+    # trace id -> the recurring issues (issue_id, title) the run is one of (the run page
+    # links each, as the issue's page links its runs)
+    run_issues: Callable[[str], list[dict[str, str]]] = lambda _t: []
 
 
 Response = tuple[int, dict[str, str], bytes]
@@ -123,7 +126,8 @@ def _run(sources: Sources, trace_id: str, index: str | None, first: int,
         return _not_found(f"No evaluation for trace {trace_id.lower()}.")
     t = tree(body)
     if index is None:
-        said = outcome_section(body, sources.pass_threshold, sources.writes)
+        said = join([run_issues_section(sources.run_issues(trace_id.lower())),
+                     outcome_section(body, sources.pass_threshold, sources.writes)])
         return _html(200, f"run {trace_id[:8]}",
                      run_page(t, sources.redact, sources.trace_url, outcome=said,
                               first=first, step=step), "runs")
