@@ -108,6 +108,7 @@ def _kept(path: Path, kept: Path) -> Path:
 
 def cmd_issues(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
     from otel_eval.evaluate.judge.namer import judge_namer
+    from otel_eval.evaluate.judge.redact import Redactor
     from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
     from otel_eval.outputs.issues.files import EvaluationFileError
     from otel_eval.outputs.issues.result import to_json
@@ -120,7 +121,8 @@ def cmd_issues(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
         result = issues_offline(evaluations(list(args.paths), run), cfg.issues,
                                 namer=judge_namer(cfg.judge),
                                 synthesizer=judge_synthesizer(cfg.judge, REPLY_SCHEMA,
-                                                              check_reply))
+                                                              check_reply),
+                                redact=Redactor(cfg.judge.redaction).redact)
     except ConfigError as e:
         print(f"otel-eval: {e}", file=sys.stderr)
         return 2

@@ -173,7 +173,8 @@ class Service:
         ask = lender.ask if lender is not None else None
         self.issues = None if self.front_end else issues_job.build(
             config.issues, deps, namer=lambda: judge_namer(jc, ask),
-            synthesizer=lambda: judge_synthesizer(jc, REPLY_SCHEMA, check_reply, ask))
+            synthesizer=lambda: judge_synthesizer(jc, REPLY_SCHEMA, check_reply, ask),
+            redact=Redactor(jc.redaction).redact)  # titles are critiques' words
         if self.issues is not None and lender is not None:  # their calls are the stage's
             # (the client, which imports litellm, only where a judge is configured)
             from otel_eval.evaluate.judge.client import CALL_STATUSES

@@ -336,3 +336,27 @@ def test_gzip_is_decided_by_content_not_by_the_name(tmp_path: Path) -> None:
     for path in (packed / "evals.jsonl", tmp_path / "evals.jsonl.gz", tmp_path / "bom.jsonl"):
         data = _json(path)
         assert _ids(data) == _ids(expected) and data["critiques"] == expected["critiques"]
+
+
+def test_issue_titles_and_descriptions_are_redacted_as_the_web_view_redacts(
+        tmp_path: Path) -> None:
+    """A finding message quotes span content (the run's error text); an issue's title and
+    description are its words, published on /v1/issues, the web view, the gauges' title label
+    and Grafana: they carry the judge's redaction (``judge.redaction``), as the run's page
+    shows that message, never the e-mail address or card number as recorded."""
+    lines = []
+    for i in range(6):
+        message = (f"the run failed: no account for user{i % 2}@example.com; card "
+                   "4111 1111 1111 1111 was declined")
+        lines.append(json.dumps({
+            "trace_id": f"{i:032x}", "agent": "shop", "service": "svc", "steps": [],
+            "findings": [{"detector": "non_termination", "kind": "failed",
+                          "severity": "error", "message": message, "span_ids": [],
+                          "step_indexes": [], "attributes": {}}]}))
+    path = tmp_path / "evaluations.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    data = _json(path)
+    assert data["issues"]
+    shown = json.dumps(data)
+    assert "example.com" not in shown and "4111" not in shown
+    assert any("[EMAIL]" in i["description"] for i in data["issues"])

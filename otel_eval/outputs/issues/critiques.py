@@ -26,11 +26,16 @@ evaluation must not stop the clustering of the others. Critiques leave here as v
 most ``MAX_CRITIQUE_CHARS`` long: a finding message carries span content (a tool name) and a
 judge critique can be as long as a stored value, while every later step reads each critique
 in full (normalize, the embedder, the examples shown to the namer and the synthesis).
+A finding message quotes span content (a run's error text, a code action), and an issue's
+title and description are a critique's words, published on ``/v1/issues``, the web view, the
+gauges' ``title`` label and Grafana annotations: ``extract``'s ``redact`` (``serve`` and
+``otel-eval issues`` give the judge's, ``judge.redaction``, as the web view redacts finding
+messages) is applied to each critique's text before anything reads it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -48,6 +53,11 @@ ROOT_NODE = "root"  # node of step critiques whose step and run name no agent
 # the failure but makes each later step pay for it (the finding messages of the public
 # datasets are at most 300 characters).
 MAX_CRITIQUE_CHARS = 2_000
+# Characters read past that cut before redacting, so a value across the cut is still seen
+# whole by its pattern (as the web view reads past its cuts).
+_REDACT_MARGIN = 512
+# A redaction (``judge.redact.Redactor.redact``), or None to keep texts as stored.
+Redact = Callable[[str], str] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +181,9 @@ def critique_fields(evaluation: dict[str, Any]) -> dict[str, Any]:
 
 
 def extract(evaluations: Iterable[Mapping[str, Any]], threshold: float,
-            include_findings: bool = True) -> Extraction:
-    """All critiques of ``evaluations`` (judge critiques scoring below ``threshold``)."""
+            include_findings: bool = True, redact: Redact = None) -> Extraction:
+    """All critiques of ``evaluations`` (judge critiques scoring below ``threshold``), their
+    texts ``redact``-ed."""
     out = Extraction()
     for ev in evaluations:
         if not isinstance(ev, Mapping) or not isinstance(ev.get("trace_id"), str):
@@ -189,16 +200,19 @@ def extract(evaluations: Iterable[Mapping[str, Any]], threshold: float,
         service = ev.get("service")
         if isinstance(service, str) and service:
             found = [replace(c, service=service) for c in found]
-        out.critiques.extend(_clean(c) for c in found)
+        out.critiques.extend(_clean(c, redact) for c in found)
     return out
 
 
-def _clean(c: Critique) -> Critique:
-    """``c`` with its text cut to ``MAX_CRITIQUE_CHARS``, and with text every encoder and
+def _clean(c: Critique, redact: Redact = None) -> Critique:
+    """``c`` with its text redacted and cut to ``MAX_CRITIQUE_CHARS`` (cut past it first:
+    work bounded whatever the text's length), and with text every encoder and
     hash takes: a stored body keeps a lone surrogate as a JSON escape, and reading it back
     gives it again (U+FFFD instead). The node and the service, which the catalogue keeps an
     issue by, with NUL as U+FFFD, as the catalogue holds them (``store.base.stored_text``):
     compared as read, a stored issue never matched its own critiques again."""
+    if redact is not None:
+        c = replace(c, text=redact(valid_text(c.text[:MAX_CRITIQUE_CHARS + _REDACT_MARGIN])))
     if len(c.text) > MAX_CRITIQUE_CHARS:
         c = replace(c, text=c.text[:MAX_CRITIQUE_CHARS])
     texts = (c.trace_id, c.span_id or "", c.node, c.text, c.agent, c.source, c.service)

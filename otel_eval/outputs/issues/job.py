@@ -44,7 +44,7 @@ from prometheus_client import CollectorRegistry
 from otel_eval.base.model import is_trace_id
 from otel_eval.outputs.deps import Deps
 from otel_eval.outputs.issues.config import IssuesConfig
-from otel_eval.outputs.issues.critiques import critique_fields
+from otel_eval.outputs.issues.critiques import Redact, critique_fields
 from otel_eval.outputs.issues.grafana import GrafanaAnnotator
 from otel_eval.outputs.issues.result import (
     MAX_AGENTS_PER_ISSUE,
@@ -105,7 +105,7 @@ class IssuesJob:
                  synthesizer: Synthesizer | None = None,
                  session: SessionLimits | None = None,
                  monotonic: Callable[[], float] = time.monotonic,
-                 pair: PairLabels = labels_of) -> None:
+                 pair: PairLabels = labels_of, redact: Redact = None) -> None:
         """``store``: the catalogue's SQLite file or PostgreSQL URL (or a connection usable
         from the job's thread), ``session`` the limits of a PostgreSQL one
         (``store.session``); ``evaluations_since(ns)``: v1 evaluation objects evaluated
@@ -113,11 +113,12 @@ class IssuesJob:
         the naming deadline's (``issues.naming_deadline_s``); ``pair``: the (service, agent)
         labels of a pair on the per-trace metrics (``serve``: their pair budget, so the
         dashboard's issues table joins an issue of a pair past it to the ``_other``
-        series)."""
+        series); ``redact``: applied to every critique's text (titles and descriptions are
+        its words)."""
         self._config = config
         self._tracker = IssueTracker(config, store, clock, namer=namer, embedder=embedder,
                                      synthesizer=synthesizer, session=session,
-                                     monotonic=monotonic)
+                                     monotonic=monotonic, redact=redact)
         self._evaluations_since = evaluations_since
         self._pair = pair
         self._clock = clock
@@ -307,10 +308,12 @@ class IssuesJob:
 
 def build(config: IssuesConfig, deps: Deps, *,
           namer: Callable[[], Namer | None] = lambda: None,
-          synthesizer: Callable[[], Synthesizer | None] = lambda: None) -> IssuesJob | None:
+          synthesizer: Callable[[], Synthesizer | None] = lambda: None,
+          redact: Redact = None) -> IssuesJob | None:
     """The periodic issue clustering over the stored window (``issues.interval_s`` > 0), its
     catalogue in ``issues.store_path`` or the store; ``namer()`` and ``synthesizer()`` make
-    the judge model's (None without one), called only when the job is on."""
+    the judge model's (None without one), called only when the job is on; ``redact``: the
+    judge's redaction, applied to every critique's text."""
     if config.interval_s <= 0:
         return None
     grafana = GrafanaAnnotator(config.grafana) if config.grafana.url else None
@@ -319,4 +322,4 @@ def build(config: IssuesConfig, deps: Deps, *,
                      lambda since_ns: store.since(since_ns, keep=critique_fields),
                      deps.registry, annotator=grafana, namer=namer(),
                      synthesizer=synthesizer(), session=deps.store_session,
-                     pair=deps.metrics.traces.cap.pair)
+                     pair=deps.metrics.traces.cap.pair, redact=redact)

@@ -37,7 +37,7 @@ from otel_eval.outputs.issues.continuity import (
     kept_members,
     merged,
 )
-from otel_eval.outputs.issues.critiques import Critique, Extraction, extract
+from otel_eval.outputs.issues.critiques import Critique, Extraction, Redact, extract
 from otel_eval.outputs.issues.embed import (
     Embedder,
     Matrix,
@@ -111,9 +111,11 @@ class IssueTracker:
                  annotator: Annotator | None = None, embedder: Embedder | None = None,
                  synthesizer: Synthesizer | None = None,
                  session: SessionLimits | None = None,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 redact: Redact = None) -> None:
         """``clock``: unix seconds (run times); ``monotonic``: seconds, the naming
-        deadline's (``issues.naming_deadline_s``)."""
+        deadline's (``issues.naming_deadline_s``); ``redact``: applied to every critique's
+        text (``critiques.extract``)."""
         self._config = config
         self._store = store
         self._session = session  # a PostgreSQL catalogue's limits (store.session)
@@ -127,6 +129,7 @@ class IssueTracker:
         self._synthesis_calls_left = 0  # set by run()
         self._naming_calls_left = 0  # set by run()
         self._monotonic = monotonic
+        self._redact = redact
         self._naming_deadline = 0.0  # set by run(): no namer or merge call starts past it
         self.naming_deferred = 0  # namer calls the deadline put off, since start (a counter)
         # digest of a normalized critique text -> the issue id the previous run gave it
@@ -169,7 +172,7 @@ class IssueTracker:
         self._naming_deadline = self._monotonic() + self._config.naming_deadline_s
         cfg = self._config
         ext = extract(latest_revisions(evaluations), cfg.low_score_threshold,
-                      cfg.include_findings)
+                      cfg.include_findings, self._redact)
         aged = self._catalogue.age_out(now, cfg.age_out_s, cfg.max_issues)
         stored = self._catalogue.load(self._embedder.name)
         taken = self._catalogue.ids()
@@ -504,9 +507,10 @@ def _event(issue: Issue, previous: float | None, jump: float) -> IssueEvent | No
 def issues_offline(evaluations: Iterable[Mapping[str, Any]],
                    config: IssuesConfig | None = None, now: float | None = None,
                    namer: Namer | None = None,
-                   synthesizer: Synthesizer | None = None) -> IssuesResult:
+                   synthesizer: Synthesizer | None = None,
+                   redact: Redact = None) -> IssuesResult:
     """One run with a throw-away in-memory catalogue (the ``otel-eval issues`` command)."""
     tracker = IssueTracker(config or IssuesConfig(), sqlite3.connect(":memory:"),
-                           namer=namer, synthesizer=synthesizer)
+                           namer=namer, synthesizer=synthesizer, redact=redact)
     return tracker.run(evaluations, time.time() if now is None else now)
 
