@@ -91,7 +91,13 @@ def _short(value: Any, limit: int = _TEXT_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def _step_line(s: dict[str, Any]) -> str:
+def _said(value: Any, redact: Redact, limit: int = _TEXT_CHARS) -> str:
+    """``_short`` of span content, redacted first (an error's text, a finding's message, a
+    critique, a call's arguments), as the web view shows it."""
+    return _short(redacted(value, limit, redact), limit)
+
+
+def _step_line(s: dict[str, Any], redact: Redact) -> str:
     parts = [f"[{s['index']}] {printable(str(s['kind']))}", _short(s.get("name") or "", 80)]
     if s.get("rebuilt"):
         parts.append("(rebuilt: no span of its own)")
@@ -103,7 +109,7 @@ def _step_line(s: dict[str, Any]) -> str:
         parts.append(usd(s["cost_usd"]))
     parts.append(duration(s.get("start_time_unix_nano"), s.get("end_time_unix_nano")))
     if s.get("status") == "error":
-        parts.append("ERROR " + _short(s.get("error") or "", 80))
+        parts.append("ERROR " + _said(s.get("error") or "", redact, 80))
     return "  ".join(p for p in parts if p)
 
 
@@ -120,7 +126,7 @@ def _content(s: dict[str, Any], width: int, full: bool, redact: Redact) -> list[
             continue  # the tool step is drawn below
         note = outcome_note(call)
         out.append(f"asks: {_short(call.get('name') or '', 60)} "
-                   f"{_short(call.get('arguments'), 60)}" + (f"  {note}" if note else ""))
+                   f"{_said(call.get('arguments'), redact, 60)}" + (f"  {note}" if note else ""))
     return out
 
 
@@ -138,18 +144,18 @@ def _value(label: str, value: Any, recorded: int | None, width: int, full: bool,
     return out
 
 
-def _notes(node: dict[str, Any]) -> list[str]:
+def _notes(node: dict[str, Any], redact: Redact) -> list[str]:
     out = []
     for f in node["findings"]:
         others = [i for i in f.get("step_indexes") or [] if i != node.get("index")]
         also = f" (steps {', '.join(map(str, f['step_indexes']))})" if others else ""
         out.append(f"! {printable(str(f['severity']))} {_short(f['detector'], 40)}:"
-                   f"{_short(f['kind'], 40)}: {_short(f['message'])}{also}")
+                   f"{_short(f['kind'], 40)}: {_said(f['message'], redact)}{also}")
     for c in node["critiques"]:
         score = c.get("score")
         score_text = f" {score:.2f}" if isinstance(score, int | float) else ""
         out.append(f"~ judge {_short(c['judge'], 40)} {_short(c.get('dimension') or '', 40)}"
-                   f"{score_text}: {_short(c.get('text') or '')}")
+                   f"{score_text}: {_said(c.get('text') or '', redact)}")
     return out
 
 
@@ -165,11 +171,11 @@ def _walk(t: dict[str, Any], lines: list[str], width: int, full: bool,
             continue
         seen.add(index)
         s = steps[index]
-        lines.append(prefix + ("└─ " if last else "├─ ") + _step_line(s))
+        lines.append(prefix + ("└─ " if last else "├─ ") + _step_line(s, redact))
         inner = prefix + ("   " if last else "│  ") if len(prefix) < _MAX_INDENT else prefix
         bar = inner + ("│  " if s["children"] else "   ")
         lines += [bar + "  " + n for n in _content(s, width, full, redact)]
-        lines += [bar + n for n in _notes(s)]
+        lines += [bar + n for n in _notes(s, redact)]
         kids = s["children"]
         stack += [(i, inner, n == len(kids) - 1) for n, i in enumerate(kids)][::-1]
 
@@ -183,9 +189,10 @@ def _steps(counts: dict[str, Any]) -> str:
 
 def render_text(t: dict[str, Any], width: int = 100, full: bool = False,
                 redact: Redact = None) -> str:
-    """The tree as terminal text: tool results and LLM content (passed through ``redact``,
-    as the judge would see them) folded to ``width`` columns (``full``: unfolded), calls
-    never run marked, costs as decimals; every value from the spans has its control
+    """The tree as terminal text: tool results and LLM content, errors, findings' messages,
+    critiques and the arguments of calls asked for (passed through ``redact``, as the judge
+    would see them, as the web view shows them) folded to ``width`` columns (``full``:
+    unfolded), calls never run marked, costs as decimals; every value from the spans has its control
     characters escaped (no terminal escape sequence gets through)."""
     verdict = t.get("verdict")
     mark = "-" if verdict is None else ("PASS" if verdict["passed"] else "FAIL")
@@ -203,13 +210,13 @@ def render_text(t: dict[str, Any], width: int = 100, full: bool = False,
             lines += ["  " + line for line in _value(label, t[label], None, width, full,
                                                      redact)]
     if verdict is not None and verdict.get("reasons"):
-        lines.append("  reasons: " + _short("; ".join(verdict["reasons"])))
+        lines.append("  reasons: " + _said("; ".join(verdict["reasons"]), redact))
     judge = t.get("judge")
     if judge:
         lines.append(f"  judge: {judge.get('status')}"
                      + "".join(f", {k} {judge[k]}" for k in ("process_score", "outcome_score",
                                                             "passed", "lucky_pass", "reason")
                                if judge.get(k) is not None))
-    lines += ["  " + n for n in _notes(t)]
+    lines += ["  " + n for n in _notes(t, redact)]
     _walk(t, lines, width, full, redact)
     return "\n".join(lines) + "\n"

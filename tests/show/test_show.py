@@ -277,3 +277,37 @@ def test_show_escapes_bidirectional_overrides_a_name_cannot_read_reversed() -> N
     text = render_text(tree(body), width=60)
     assert not any(c in text for c in BIDI)
     assert "\\u202etxt.exe" in text and "\\u2067x\\u2069" in text
+
+
+def test_show_redacts_errors_findings_critiques_and_calls_as_the_web_view(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every text from the spans ``show`` prints is redacted as the judge sees it, as the web
+    view shows it: a failed tool's error text (on the step's line) and the finding quoting it,
+    a critique, the verdict's reasons and the arguments of a call that never ran, not only
+    the step's arguments, result, prompt and answer."""
+    from otel_eval.evaluate.judge.config import RedactionConfig
+    from otel_eval.evaluate.judge.redact import Redactor
+
+    doc = json.loads(TRACE.read_text())
+    for rs in doc["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for span in ss["spans"]:
+                if (span.get("status") or {}).get("message"):
+                    span["status"]["message"] = "no account for alice@example.com"
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(doc))
+    code, out, err = _show(capsys, str(path))
+    assert code == 0, err
+    assert "ERROR no account for [EMAIL]" in out and "failed: no account for [EMAIL]" in out
+    assert "alice@example.com" not in out
+
+    secret = "sk-" + "c" * 40
+    body = _hostile_body()
+    body["steps"][1]["tool_calls"][0]["arguments"] = {"key": secret}
+    body["steps"][2].update(status="error", error=f"rejected {secret}")
+    body["verdict"]["reasons"] = [f"loop: bash: echo {secret} called 2 times"]
+    body["judge"] = {"judges": {"combined": {"critiques": [
+        {"score": 0.1, "text": f"leaked {secret}", "step_index": 2}]}}}
+    text = render_text(tree(body), redact=Redactor(RedactionConfig()).redact)
+    assert "NEVER RAN" in text and "rejected [API_KEY]" in text and "leaked [API_KEY]" in text
+    assert secret[:10] not in text

@@ -75,3 +75,20 @@ def test_the_conversation_page_redacts_reasons_and_findings() -> None:
     shown = session_page(record, lambda _t: None, Redactor(RedactionConfig()).redact)
     assert "repeated_across_turns" in shown
     assert SECRET not in shown
+
+
+def test_the_run_page_redacts_the_arguments_of_a_call_that_never_ran() -> None:
+    from otel_eval.outputs.ui.run import tree
+    from otel_eval.outputs.ui.runview import run_page
+
+    body = {"trace_id": TRACE_ID, "status": "complete", "verdict": {"passed": True,
+                                                                  "reasons": []},
+            "counts": {"spans": 1, "llm_calls": 1, "tool_calls": 0, "errors": 0},
+            "usage": {}, "findings": [],
+            "steps": [{"index": 0, "span_id": "a" * 16, "parent_span_id": None,
+                       "kind": "llm", "name": "chat", "status": "ok", "answer": "ok",
+                       "tool_calls": [{"name": "send", "arguments": {"key": SECRET},
+                                       "call_id": "c1", "outcome": "never_ran"}]}]}
+    page = run_page(tree(body), Redactor(RedactionConfig()).redact)
+    assert "NEVER RAN" in page and "send" in page
+    assert SECRET not in page  # as the step's own arguments, redacted as the judge sees it

@@ -135,9 +135,9 @@ def _step_head(s: dict[str, Any], links: StepLinks) -> Html:
              [h("span", f, class_="fact") for f in facts if f], class_="head")
 
 
-def _call(call: dict[str, Any]) -> Html:
+def _call(call: dict[str, Any], redact: Redact) -> Html:
     return h("div", "asks for ", h("b", short(call.get("name"), 80)), " ",
-             h("code", short(call.get("arguments"), 300)), " ",
+             h("code", short(redacted(call.get("arguments"), 300, redact), 300)), " ",
              h("span", outcome_note(call), class_="mark never"
                if call.get("outcome") == "never_ran" else "mark"),
              class_="call")
@@ -158,7 +158,7 @@ def step_block(trace_id: str, s: dict[str, Any], budget: Budget, redact: Redact,
               for label, raw in contents(s)]
     calls = [c for c in s.get("tool_calls") or []
              if isinstance(c, dict) and c.get("outcome") != "ran"]
-    parts += [_call(c) for c in calls[:listed]]
+    parts += [_call(c, redact) for c in calls[:listed]]
     parts.append(_more(len(calls) - listed, "calls it asked for", rest))
     parts += _folded_notes(s, redact, listed, rest, links)
     depth = min(int(s.get("depth_shown") or 0), MAX_DEPTH)
