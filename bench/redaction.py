@@ -36,6 +36,7 @@ CRAFTED = {
     "email_domain": "a@" + "b-" * (SIZE // 2 - 1),  # a domain that never gets its dot
     "digits": "1 " * (SIZE // 2),  # card / phone candidates everywhere
     "pem_open": "-----BEGIN PRIVATE KEY-----" + "A" * (SIZE - 27),  # never closed
+    "pem_headers": "-----BEGIN PRIVATE KEY-----" * (SIZE // 27),  # none closed
     "key_values": "token=" * (SIZE // 6),
 }
 
