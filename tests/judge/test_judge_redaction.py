@@ -83,3 +83,11 @@ def test_a_private_key_s_search_for_its_end_line_stops_at_the_next_header() -> N
                  "\n\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY----- y")
     assert Redactor(RedactionConfig()).redact(encrypted) == "x [PRIVATE_KEY] y"
     assert Redactor(RedactionConfig()).redact(text) == "[PRIVATE_KEY]" * 2
+
+
+def test_a_lone_surrogate_is_redacted_around_not_raised_on() -> None:
+    """Span content read from a file (a chat log's ``"\\ud800"``) can hold a lone surrogate,
+    which RE2 (UTF-8 only) refused with UnicodeEncodeError: ``show`` died with a traceback
+    and the judge failed on that run. It is U+FFFD, the rest redacted."""
+    assert Redactor(RedactionConfig()).redact("booked \ud800 alice@example.com") == \
+        "booked \ufffd [EMAIL]"

@@ -311,3 +311,22 @@ def test_show_redacts_errors_findings_critiques_and_calls_as_the_web_view(
     text = render_text(tree(body), redact=Redactor(RedactionConfig()).redact)
     assert "NEVER RAN" in text and "rejected [API_KEY]" in text and "leaked [API_KEY]" in text
     assert secret[:10] not in text
+
+
+def test_show_a_chat_log_holding_a_lone_surrogate(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A tau-bench chat log whose tool result holds ``"\\ud800"`` (JSON allows it; the
+    chat-log loader keeps it): ``show`` prints the run, the value redacted around U+FFFD,
+    where the redaction raised UnicodeEncodeError and ``show`` died with a traceback."""
+    runs = json.loads((Path(__file__).resolve().parents[1] / "data" / "loaders" /
+                       "tau_runs.json").read_text())
+    tool = next(m for m in runs[0]["traj"] if m["role"] == "tool")
+    tool["content"] = "booked \ud800 alice@example.com"
+    path = tmp_path / "tau.json"
+    path.write_text(json.dumps(runs))  # written as the escape "\ud800"
+    assert "\\ud800" in path.read_text()
+    main(["eval", str(path), "--format", "jsonl"])
+    first = json.loads(capsys.readouterr().out.splitlines()[0])["trace_id"]
+    code, out, err = _show(capsys, str(path), "--trace", first)
+    assert code == 0, err
+    assert "booked \ufffd [EMAIL]" in out and "alice@" not in out

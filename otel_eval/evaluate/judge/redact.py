@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from otel_eval.base.text import valid_text
 from otel_eval.evaluate.judge.config import BUILTIN_CLASSES, RedactionConfig
 from otel_eval.evaluate.judge.config import compile_redaction as _re
 
@@ -137,6 +138,10 @@ class Redactor:
         self.count = 0  # replacements made since construction (for metrics / tests)
 
     def redact(self, text: str) -> str:
+        """``text`` with every match replaced; a lone surrogate (span content read from a
+        file: a chat log's ``"\\ud800"``) is U+FFFD, as RE2 matches UTF-8 only and raised
+        UnicodeEncodeError on it (``show`` died with a traceback, the judge on that run)."""
+        text = valid_text(text)
         for placeholder, pattern, check in self._rules:
             text = pattern.sub(self._replacer(placeholder, check, pattern.groupindex["v"]),
                                text)
