@@ -102,6 +102,8 @@ def polled(cs: Sequence[Call], cfg: LoopConfig) -> set[int]:
     """The step indexes of the polls among ``cs`` (``_poll``): runs of one call (a) and
     cycles (c) that ended on a changed result, a cycle of two rounds too (a status checked
     three times with two fixed waits between: no cycle finding, but a poll all the same)."""
+    if len({c.key for c in cs}) == len(cs):
+        return set()  # no call made twice: neither a run nor a cycle to be a poll
     runs = [run for run in _runs(cs) if _poll(run)]
     for repeats in {cfg.cycle_min_repeats, 2}:
         runs += [run for run, period, _ in _cycle_runs(cs, cfg.cycle_max_period, repeats)
