@@ -18,7 +18,9 @@ everything (``store_unavailable``). Under slot pressure one-span traces idle for
 oldest instead of refusing: those traces are handed to finishing. A refusal takes nothing
 (the receiver answers with a retryable error), so it is all or nothing per request, but for
 one service's share in a request of several (``over_share``): the traces it would open are
-rejected (partial success), the others' spans taken.
+rejected (partial success), the others' spans taken. A share is decided per trace, by the
+service opening it: the spans of a trace open already are never refused for one (refused,
+they would cut a run that is then evaluated as if whole).
 
 Not thread-safe: the engine calls it under its lock.
 """
@@ -32,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.config import AssemblyConfig
-from otel_eval.assemble.service_load import ServiceLoad, load_of, service_of
+from otel_eval.assemble.service_load import ServiceLoad, load_of
 from otel_eval.assemble.store_health import REFUSAL as STORE_REFUSAL
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span
@@ -81,40 +83,42 @@ class AdmissionControl:
             return self._logs(items)  # type: ignore[arg-type]
         return self._spans(items)  # type: ignore[arg-type]
 
-    def over_share(self, spans: Sequence[Span] | Sequence[HeldRecord]
-                   ) -> tuple[frozenset[str], frozenset[str]]:
-        """What to reject (``service_share``, partial success) so that the rest of a request
-        holding several services is taken: the new traces (ids) a service past its share of
-        the open traces would open (spans or log records alike: a record's resource names its
-        service too), and the services whose spans would put them past their share of the
-        pending spans or bytes (``_past_load``: all their spans here). Empty when every
-        service is within its shares, when every service of the request is past one or
-        nothing else would be taken (a request of one run whose spans name two services: a
-        Kafka record of one trace; the request is refused whole, retryable, as a single
-        service's is: ``refusal``; rejected, it was lost for good), and
-        with pass-through on (a span refused for good would never reach the backend; a
+    def over_share(self, spans: Sequence[Span] | Sequence[HeldRecord]) -> frozenset[str]:
+        """The new traces (ids) to reject (``service_share``, partial success) so that the
+        rest of a request holding several services is taken: those a service past its share
+        of the open traces, or of the pending spans or bytes (``_past_load``), would open
+        (spans or log records alike: a record's resource names its service too). The share
+        is decided per trace, by the service that opens it, never per span: a span of a
+        trace open already, or of one opened here by a service within its shares, is
+        taken, whatever service its own resource names (a distributed run's downstream
+        spans; the later spans of an over-share service's own runs), as rejected it would
+        cut a run that is then evaluated as if whole. Empty when every service is within
+        its shares, when nothing else would be taken (a request of one run whose spans name
+        two services: a Kafka record of one trace; the request is refused whole, retryable,
+        as a single service's is: ``refusal``; rejected, it was lost for good), and with
+        pass-through on (a span refused for good would never reach the backend; a
         throttled request is sent again)."""
         cfg, asm = self.config, self._assembler
         if cfg.max_service_share >= 1.0 or asm.pass_through:
-            return frozenset(), frozenset()
+            return frozenset()
         owners = asm.claims(spans)
         per_service = Counter(owners.values())
         share = cfg.max_service_share * cfg.max_open_traces
         over = {svc for svc, k in per_service.items() if asm.service_open(svc) + k > share}
-        loaded = self._past_load(spans)
-        if not (over or loaded) or all(service_of(s) in over | loaded for s in spans):
-            return frozenset(), frozenset()
+        over |= self._past_load(spans)
         shed = frozenset(tid for tid, svc in owners.items() if svc in over)
-        if all(s.trace_id in shed or service_of(s) in loaded for s in spans):
-            return frozenset(), frozenset()  # nothing else to take: refused whole, retried
-        return shed, frozenset(loaded)
+        if all(s.trace_id in shed for s in spans):
+            return frozenset()  # nothing else to take: refused whole, retried
+        return shed
 
     def _past_load(self, items: Sequence[Span] | Sequence[HeldRecord]) -> set[str]:
-        """The services whose items here would put them past their share of the pending
-        spans or of their bytes (open and queued, by each span's own service.name), or for
-        log records of the records pending (held and queued) or of the bytes of those held
-        (their own budgets, as they count them); one that
-        holds none is never past it, as the whole budget takes a first request of any size."""
+        """The services opening traces here (``claims``) whose items here would put them
+        past their share of the pending spans or of their bytes (open and queued, by each
+        span's own service.name), or for log records of the records pending (held and
+        queued) or of the bytes of those held (their own budgets, as they count them); one
+        that holds none is never past it, as the whole budget takes a first request of any
+        size. A service opening nothing here is never past it: its items join traces open
+        already, and refused they would cut them (``over_share``)."""
         cfg = self.config
         if cfg.max_service_share >= 1.0 or not items:
             return set()
@@ -128,7 +132,8 @@ class AdmissionControl:
             max_items, max_bytes = cfg.max_pending_log_records, cfg.max_pending_log_bytes
         adds = load_of(items)
         over = set()
-        for svc, n in adds.spans.items():
+        for svc in set(asm.claims(items).values()):
+            n = adds.spans[svc]
             held = sum(load.spans[svc] for load in loads)
             nbytes = sum(load.bytes[svc] for load in loads)
             if held and (held + n > share * max_items

@@ -44,7 +44,6 @@ from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.assemble.durability import Durability, Request
 from otel_eval.assemble.finishing import Finishing, Sink
-from otel_eval.assemble.service_load import service_of
 from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
 from otel_eval.base.model import LogEvent, Span
@@ -202,17 +201,16 @@ class Engine:
 
     def _within_shares(self, spans: Sequence[Span] | Sequence[HeldRecord], adm: Admission
                        ) -> tuple[Sequence[Span] | Sequence[HeldRecord], bool]:
-        """The spans (or log records) of a request but for the traces a service past its
-        share of the slots would open and the spans of one past its share of the pending
-        spans or bytes (``AdmissionControl.over_share``), those counted in
-        ``adm.rejected``; and whether any was (the request is then spooled as taken,
-        ``Durability.taken_only``: a replay takes every item of a trace its row names, and
-        the rejected ones would fill the spool while the kept runs stay open). Lock held."""
-        shed, loaded = self.admission.over_share(spans)
-        if not shed and not loaded:
+        """The spans (or log records) of a request but for the new traces a service past
+        its share would open (``AdmissionControl.over_share``: whole traces, never some of
+        a trace's spans), those counted in ``adm.rejected``; and whether any was (the
+        request is then spooled as taken, ``Durability.taken_only``: a replay takes every
+        item of a trace its row names, and the rejected ones would fill the spool while
+        the kept runs stay open). Lock held."""
+        shed = self.admission.over_share(spans)
+        if not shed:
             return spans, False
-        kept: Any = [s for s in spans
-                     if s.trace_id not in shed and service_of(s) not in loaded]
+        kept: Any = [s for s in spans if s.trace_id not in shed]
         adm.rejected["service_share"] = len(spans) - len(kept)
         return kept, len(kept) < len(spans)
 

@@ -265,18 +265,22 @@ def test_spans_released_and_not_evaluated_count_in_their_services_share(
 
 def test_a_gateway_batch_over_one_services_share_of_spans_takes_the_others(
         tmp_path: Path) -> None:
-    """In a batch of several services, the spans of the one past its share of the pending
-    spans are rejected (partial success, counted), the others' taken."""
+    """In a batch of several services, the new runs of the one past its share of the
+    pending spans are rejected whole (partial success, counted), the others' taken; the
+    later spans of its runs already open are taken too: rejected, they cut a run that was
+    then evaluated as if whole (a false non-termination, a missed tool call)."""
     with running_service(tmp_path, **_SPANS_SHARE) as h:
         assert _send(h, _trace(0, 45, "noisy")) is None
-        batch = _trace(0, 55, "noisy")[45:] + _trace(1, 10, "quiet")
+        batch = _trace(0, 55, "noisy")[45:] + _trace(2, 10, "noisy") + _trace(1, 10, "quiet")
         resp, err = _raw_export(h, encode.encode_spans(batch).SerializeToString())
         assert err is None and resp is not None
         assert resp.partial_success.rejected_spans == 10
         assert h.sample("otel_eval_receiver_spans_rejected_total", protocol="grpc",
                         reason="service_share") == 10
         assert _throttled(h, "service_share") == 0
-        assert h.svc.engine.pending_spans() == 55
+        assert h.svc.engine.pending_spans() == 65
+        assert _send(h, _trace(0, 60, "noisy")[55:]) is None  # its own run, alone: taken
+        assert _send(h, _trace(2, 10, "noisy")) == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def test_with_pass_through_a_batch_over_a_share_of_spans_is_throttled_whole(
@@ -284,7 +288,7 @@ def test_with_pass_through_a_batch_over_a_share_of_spans_is_throttled_whole(
     with running_service(tmp_path, **_SPANS_SHARE,
                          **{"export.forward_endpoint": "127.0.0.1:9"}) as h:
         assert _send(h, _trace(0, 45, "noisy")) is None
-        batch = _trace(0, 55, "noisy")[45:] + _trace(1, 10, "quiet")
+        batch = _trace(0, 55, "noisy")[45:] + _trace(2, 10, "noisy") + _trace(1, 10, "quiet")
         assert _send(h, batch) == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert _throttled(h, "service_share") == 1
 
@@ -366,6 +370,20 @@ def test_a_gateway_batch_over_one_services_share_of_log_bytes_takes_the_others(
         assert h.svc.engine.open_traces() == 2
 
 
+def test_records_of_a_service_past_its_share_for_an_open_run_are_taken(
+        tmp_path: Path) -> None:
+    """A run's GenAI records sent by another service past its share of the log bytes (a
+    downstream service's events, in a gateway's batch) were rejected and the run evaluated
+    without them as if whole; a run open already is never cut for a share."""
+    with running_service(tmp_path, **{"assembly.max_service_share": 0.5,
+                                      "assembly.max_pending_log_bytes": 100_000}) as h:
+        assert _export_logs(h, 0, 1, "noisy", 30_000)[1] is None
+        assert _send(h, _trace(5, 2, "quiet")) is None
+        resp = _export_two(h, [(5, "noisy"), (7, "quiet"), (8, "noisy")])
+        assert resp.partial_success.rejected_log_records == 1  # the noisy one's new trace
+        assert h.svc.engine.open_traces() == 3
+
+
 def test_a_services_load_is_given_back_when_its_runs_are_done(tmp_path: Path) -> None:
     """What counts against a service's share leaves with its runs: released, re-opened by
     late spans and records, released again and evaluated, nothing stays held against it."""
@@ -382,23 +400,24 @@ def test_a_services_load_is_given_back_when_its_runs_are_done(tmp_path: Path) ->
         assert not fin.queued_load.spans and not fin.queued_load.bytes
 
 
-def test_spans_rejected_for_a_services_share_are_not_replayed_with_their_trace(
-        tmp_path: Path) -> None:
-    """A run of one service holding spans of another (a distributed trace) in a gateway's
-    batch: the spans of the one past its share are rejected, the run's taken. The request
-    was spooled whole with the run's pair, so a restart replayed the rejected spans too and
-    evaluated what the exporter was told was refused."""
+def test_a_run_calling_a_service_past_its_share_is_taken_whole(tmp_path: Path) -> None:
+    """A run of one service holding spans of another (a distributed agent: its tool spans
+    under the tool service's resource) in a gateway's batch: the spans of the one past its
+    share of the pending spans were rejected and cut out of the run, which was taken and
+    evaluated without them as if whole. The share is decided per run, by the service that
+    opens it: the run is taken whole, and so it is after a restart."""
     with running_service(tmp_path, **_SPANS_SHARE) as h:
         assert _send(h, _trace(0, 60, "noisy")) is None
         run = _trace(1, 6, "quiet")
         for s in run[1:]:
             s.resource = {"service.name": "noisy"}  # a downstream service's spans
-        resp, err = _raw_export(h, encode.encode_spans(run).SerializeToString())
+        resp, err = _raw_export(h, encode.encode_spans(run + _trace(2, 3, "noisy"))
+                                .SerializeToString())
         assert err is None and resp is not None
-        assert resp.partial_success.rejected_spans == 5
-        assert h.svc.engine.pending_spans() == 61
+        assert resp.partial_success.rejected_spans == 3  # the noisy service's own new run
+        assert h.svc.engine.pending_spans() == 66
     with running_service(tmp_path, **_SPANS_SHARE) as h:  # the spool holds what was taken
-        assert h.svc.engine.pending_spans() == 61
+        assert h.svc.engine.pending_spans() == 66
 
 
 def test_a_services_rejected_spans_do_not_fill_the_spool(tmp_path: Path) -> None:
