@@ -237,12 +237,21 @@ class TraceAssembler:
         return tr.logs if tr is not None else []
 
     def new_traces(self, spans: Iterable[Span | HeldRecord]) -> dict[str, str]:
-        """The traces these spans would open (trace id -> the service.name owning its slot:
-        its first span's, as ``add`` opens it)."""
+        """The traces these spans would open (trace id -> the service.name owning its slot,
+        as ``add`` opens it: its root's, a span with no parent naming a service, when the
+        request holds it, else its first span's; a run is its root's service's, whatever
+        service's span comes first in a gateway's batch, such as the one it called)."""
         owners: dict[str, str] = {}
+        rooted: set[str] = set()
         for s in spans:
-            if s.trace_id not in self._open and s.trace_id not in owners:
-                owners[s.trace_id] = service_of(s)
+            tid = s.trace_id
+            if tid in self._open or tid in rooted:
+                continue
+            if isinstance(s, Span) and s.parent_span_id is None and (svc := service_of(s)):
+                owners[tid] = svc
+                rooted.add(tid)
+            elif tid not in owners:
+                owners[tid] = service_of(s)
         return owners
 
     def new_traces_by_service(self, spans: Iterable[Span]) -> Counter[str]:
@@ -278,6 +287,8 @@ class TraceAssembler:
         limit = self.config.max_spans_per_trace
         took: dict[str, _Open] = {}  # the traces that took spans, in the order they did
         reopened: set[str] = set()  # the released traces these spans re-opened
+        spans = list(spans)
+        owners = self.new_traces(spans)  # a run opened here is its root's service's
         for span in spans:
             if span.unevaluable and not self.pass_through:
                 res.rejected[span.unevaluable] += 1  # its times: otel-eval cannot evaluate it
@@ -288,6 +299,8 @@ class TraceAssembler:
                 tr = self._open_for(span, now, res, source, sender)
                 if tr is None:
                     continue
+                if (svc := owners.get(tr.trace_id, "")) and svc != tr.service:
+                    self._move_slot(tr, svc)
                 if res.reopened > before:
                     reopened.add(tr.trace_id)
             if span.span_id in tr.spans or span.span_id in tr.passed or (

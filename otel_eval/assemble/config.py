@@ -61,9 +61,10 @@ class AssemblyConfig:
     # names it; log records: the pending records (held, or released with their trace and
     # not yet evaluated) whose resource names it, and the bytes of those held (a service
     # holding none may send one request of any size).
-    # Decided per trace, by the service that opens it: a service past a share opens no new
-    # trace; a span or record of a trace open already is never refused for one (a run is
-    # never cut). A request whose every new trace is an over-share service's is throttled
+    # Decided per trace, by the service that opens it (its root's when the request holds it,
+    # else its first span's or record's): a service past a share opens no new trace; a
+    # span or record of a trace open already is never refused for one (a run is never
+    # cut). A request whose every new trace is an over-share service's is throttled
     # (reason `service_share`); in a request with others (a gateway's batch) only the
     # traces it would open are rejected whole (partial success, reason `service_share`),
     # the rest taken. Pass-through on: throttled whole (a span rejected for good would

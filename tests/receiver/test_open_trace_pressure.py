@@ -131,6 +131,25 @@ def test_a_request_of_one_trace_over_a_share_is_throttled_not_rejected(
                         reason="service_share") == 0
 
 
+def test_a_run_is_its_roots_services_whatever_span_comes_first(tmp_path: Path) -> None:
+    """A gateway's batch holding a run of one service whose call to another (its tool span,
+    under the other's resource) comes first: the run was the first span's service's, so
+    with that one past its share the whole run was rejected for good, though its own
+    service was within its share; and had it been taken, its slot counted for the other.
+    A run opened with its root (a span with no parent) is its root's service's."""
+    share = {"assembly.max_open_traces": 10, "assembly.max_service_share": 0.5}
+    with running_service(tmp_path, **share) as h:
+        assert _send(h, [s for i in range(5) for s in _trace(i, 2, "noisy")]) is None
+        tool = Span(f"{6:032x}", f"{9:016x}", f"{1:016x}", "execute_tool", 2, 3,
+                    resource={"service.name": "noisy"})
+        batch = [tool, *_trace(5, 2, "quiet"), *_trace(6, 2, "quiet")]
+        resp, err = _raw_export(h, encode.encode_spans(batch).SerializeToString())
+        assert err is None and resp is not None
+        assert resp.partial_success.rejected_spans == 0
+        assert h.svc.engine.open_traces() == 7
+        assert h.svc.engine._assembler.service_open("quiet") == 2
+
+
 def test_with_pass_through_a_gateway_batch_over_a_share_is_throttled_whole(
         tmp_path: Path) -> None:
     """Pass-through owes the backend every span: none is rejected for good for a share."""
