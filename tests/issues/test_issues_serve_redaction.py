@@ -42,3 +42,37 @@ def test_serve_publishes_issues_redacted(tmp_path: Path) -> None:
         published = json.dumps(h.svc.issues.latest_json())
     assert "no account for [EMAIL]" in published
     assert "example.com" not in published
+
+
+def _evaluations(n: int) -> list[dict[str, object]]:
+    return [{"trace_id": f"{i + 1:032x}", "agent": "shop", "service": "svc", "steps": [],
+             "findings": [{"detector": "non_termination", "kind": "failed",
+                           "severity": "error", "span_ids": [], "step_indexes": [],
+                           "attributes": {}, "message": "no account for ann@example.com: card "
+                           "4111 1111 1111 1111 declined"}]}
+            for i in range(n)]
+
+
+def test_an_issue_stored_before_redaction_is_shown_redacted() -> None:
+    """An issue the catalogue kept from before critiques were redacted (its title and
+    description the message as recorded) is matched by the next run: what that run
+    publishes (and stores again) is redacted, not the stored words until it ages out."""
+    import sqlite3
+
+    from otel_eval.evaluate.judge.config import RedactionConfig
+    from otel_eval.evaluate.judge.redact import Redactor
+    from otel_eval.outputs.issues.config import IssuesConfig
+    from otel_eval.outputs.issues.tracker import IssueTracker
+
+    db = sqlite3.connect(":memory:")
+    before = IssueTracker(IssuesConfig(), db, clock=lambda: 1000.0).run(_evaluations(6))
+    assert before.issues and "example.com" in before.issues[0].title
+    assert "4111" in before.issues[0].description
+    after = IssueTracker(IssuesConfig(), db, clock=lambda: 2000.0,
+                         redact=Redactor(RedactionConfig()).redact).run(_evaluations(6))
+    assert [i.issue_id for i in after.issues] == [i.issue_id for i in before.issues]
+    shown = " ".join(f"{i.title} {i.description}" for i in after.issues)
+    assert "example.com" not in shown and "4111" not in shown
+    stored = " ".join(str(r) for r in db.execute(
+        "SELECT title, description FROM issues_catalogue"))
+    assert "example.com" not in stored

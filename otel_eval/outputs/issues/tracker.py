@@ -174,7 +174,7 @@ class IssueTracker:
         ext = extract(latest_revisions(evaluations), cfg.low_score_threshold,
                       cfg.include_findings, self._redact)
         aged = self._catalogue.age_out(now, cfg.age_out_s, cfg.max_issues)
-        stored = self._catalogue.load(self._embedder.name)
+        stored = self._redacted(self._catalogue.load(self._embedder.name))
         taken = self._catalogue.ids()
         issues: list[Issue] = []
         events: list[IssueEvent] = []
@@ -211,6 +211,15 @@ class IssueTracker:
         if self._annotator is not None and events:
             self._annotator.annotate(events, now)
         return result
+
+    def _redacted(self, stored: list[StoredIssue]) -> list[StoredIssue]:
+        """``stored`` with its titles and descriptions redacted as critiques are now: an
+        issue catalogued before they were (its words the message as recorded) is published,
+        and saved again, redacted, not as stored until it ages out."""
+        if self._redact is not None:
+            for s in stored:
+                s.title, s.description = self._redact(s.title), self._redact(s.description)
+        return stored
 
     def _forget_unseen(self, stored: list[StoredIssue], seen: set[str]) -> list[Resolved]:
         """Issues absent from this run had share 0 in it (the next trend starts there);
