@@ -102,3 +102,26 @@ def test_show_says_its_json_is_not_redacted() -> None:
                if line.startswith("| `otel-eval show TRACE_ID"))
     assert "`--format text\\|json`" in row
     assert "not redacted" in row.split("`--format text\\|json`")[1]
+
+
+def test_configured_patterns_are_described_as_they_run() -> None:
+    """A configured pattern with a lazy optional body searches to the end of the text from
+    each match (quadratic): the doc, the Redactor's docstring and the setting's comment (in
+    docs/configuration.md) say so, not "linear", and the bounded forms the doc advises are
+    configured patterns that redact."""
+    from otel_eval.evaluate.judge import redact
+    from otel_eval.evaluate.judge.config import RedactionConfig
+    from otel_eval.evaluate.judge.redact import Redactor
+
+    limits = LIMITS.read_text(encoding="utf-8")
+    section = limits[limits.index("## Redaction before the judge"):]
+    reference = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    comment = reference.split("extra_patterns: ")[0].rsplit("builtin: ", 1)[1]
+    for text in (section, redact.__doc__ or "", comment):
+        assert "BEGIN(?:.*?END)?" in text and "quadratic" in text
+    assert "linear time" not in comment
+    for bounded, value in [(r"BEGIN.*?END", "a BEGIN x y END b"),
+                           (r"key=[^;\n]{0,200}", "a key=abc def; b")]:
+        assert f"`{bounded}`" in section
+        shown = Redactor(RedactionConfig(builtin=(), extra_patterns=(bounded,))).redact(value)
+        assert shown.startswith("a [REDACTED]") and shown.endswith(" b"), shown

@@ -43,8 +43,10 @@ class RedactionConfig:
     # Stripe), bearer_token, private_key (PEM), jwt, iban, ssn. Default: all of them.
     builtin: tuple[str, ...] = ("email", "phone", "credit_card", "api_key", "bearer_token",
                                 "private_key", "jwt", "iban", "ssn")
-    # Extra regular expressions, RE2 syntax (linear time: no lookarounds or backreferences);
-    # each match becomes ``[REDACTED]``. Default none.
+    # Extra regular expressions, RE2 syntax (no lookarounds or backreferences); each match
+    # becomes ``[REDACTED]``. One search is linear; a lazy optional body (``BEGIN(?:.*?END)?``)
+    # searches to the end of the text from each match, quadratic: bound it
+    # (``key=[^;\n]{0,200}``) or require its end (``BEGIN.*?END``). Default none.
     extra_patterns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

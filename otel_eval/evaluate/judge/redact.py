@@ -9,11 +9,13 @@ configured expressions. Matches become placeholders (``[EMAIL]``) so the judge s
 that a value was there. Recall and false positives per class are measured on a labelled set
 (``tests/data/redaction/``, ``bench/redaction.py``, figures in bench/README.md).
 
-Promise: time linear in the text. Every pattern, built-in or configured, runs on RE2
-(google-re2), which has no backtracking; the checks RE2 cannot express (lookarounds, Luhn,
-mod-97) are done on each match in Python, a constant amount of work per match. Configured
-patterns are RE2 syntax (no lookarounds or backreferences): one RE2 cannot compile is a
-ValueError at construction.
+Promise: time linear in the text for the built-in classes. Every pattern, built-in or
+configured, runs on RE2 (google-re2), which has no backtracking; the checks RE2 cannot express
+(lookarounds, Luhn, mod-97) are done on each match in Python, a constant amount of work per
+match. Configured patterns are RE2 syntax (no lookarounds or backreferences): one RE2 cannot
+compile is a ValueError at construction. One search is linear, but a configured pattern whose
+match can end while a longer alternative is still open (``BEGIN(?:.*?END)?``) searches to the
+end of the text from each match: quadratic in a text of many (docs/evaluation-limits.md).
 """
 
 from __future__ import annotations
