@@ -55,16 +55,8 @@ Promises:
   when its spans came (its idle clock restarts with the process, and its maximum duration
   is not reached before ``idle_timeout_s`` after it: the downtime is no silence of the
   run's; a run left in flight that never ends is still reported once);
-- versioned: ``PRAGMA user_version`` is the schema's version. A spool written before log
-  requests were kept (version 0: no ``signal`` column) is migrated in place at open, its rows
-  replayed as trace requests; rows written before receive times were kept (version 1) are
-  replayed as received at the replay; pairs written before re-spooled ones were marked
-  (version 2: no ``carried`` column) are not known to carry a stored revision's spans, so
-  they replay as a straggler's (late if their run is stored: an upgrade never lets one
-  replace a stored run; a run an earlier version re-opened and left in flight keeps its
-  stored revision, without the late spans), and those written before another sender's were
-  marked (version 3: no ``foreign_sender`` column) as the run's; a spool from a newer
-  version is refused with a clear error.
+- versioned: ``PRAGMA user_version`` is the schema's version; an older spool is migrated in
+  place at open, one from a newer version refused with a clear error (``spool_file``);
 - a straggler stays one: a trace the spool replays is late if its run is stored (as spans
   opening it live would be), unless one of its pairs is ``carried`` (re-spooled with what a
   stored revision held when late spans re-opened it): a restart never turns spans a previous
@@ -77,6 +69,10 @@ Promises:
 Kafka ingest is not spooled: the topic is the log, and offsets are committed only once the
 traces are stored (``kafka/offsets.py``), the same idea one level up.
 
+Parts: the file (schema and migrations, pragmas, an unreadable one set aside) is
+``spool_file``; a row's body read back for a replay, or written for a re-opened trace, is
+``spool_rows``; this module holds what the file holds and the rows' life.
+
 Threads: ``append`` and ``settle`` run on receiver threads under the engine lock (so a trace
 cannot be evaluated before its pair exists), ``evaluated`` on the engine worker, ``replay``
 before the receivers start. One connection, guarded by the spool's own lock (taken after
@@ -87,80 +83,41 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import re
 import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-from otel_eval.base.configcheck import ConfigError, StartupError
-from otel_eval.base.model import Span
-from otel_eval.decode import encode, otlp, otlp_logs
-from otel_eval.decode.otlp_logs import HeldRecord
+from otel_eval.assemble import spool_file
+from otel_eval.assemble.spool_file import (
+    CORRUPT_KEPT,
+    SCHEMA_VERSION,
+    SIGNALS,
+    SpoolVersionError,
+    damaged,
+    transaction,
+)
+from otel_eval.assemble.spool_rows import Held, Replay, encoded, replay_one
+from otel_eval.base.configcheck import StartupError
+from otel_eval.decode import otlp
 from otel_eval.telemetry.metrics import SpoolMetrics
+
+# The spool's public names, wherever defined (``spool_file``, ``spool_rows``): imported from here.
+__all__ = ["CORRUPT_KEPT", "SCHEMA_VERSION", "SIGNALS", "Held", "Replay", "Spool",
+           "SpoolVersionError"]
 
 log = logging.getLogger(__name__)
 
-# Version 0: requests and pairs. Version 1: ``spool_requests.signal`` (traces | logs).
-# Version 2: ``spool_requests.received_at`` (wall-clock seconds; 0: unknown, written before).
-# Version 3: ``spool_traces.carried`` (1: the request holds what a stored revision of the trace
-# held, re-spooled when late spans re-opened it; pairs written before: 0, not known to).
-# Version 4: ``spool_traces.foreign_sender`` (1: the request's spans of the trace were taken
-# only to pass on, another sender's for a released run; pairs written before: 0).
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS spool_requests (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS spool_traces (request_id INTEGER NOT NULL, "
-    "trace_id TEXT NOT NULL, PRIMARY KEY (request_id, trace_id)) WITHOUT ROWID",
-)
-_MIGRATIONS = (  # _MIGRATIONS[v] takes a spool from version v to v + 1
-    "ALTER TABLE spool_requests ADD COLUMN signal TEXT NOT NULL DEFAULT 'traces'",
-    "ALTER TABLE spool_requests ADD COLUMN received_at REAL NOT NULL DEFAULT 0",
-    "ALTER TABLE spool_traces ADD COLUMN carried INTEGER NOT NULL DEFAULT 0",
-    "ALTER TABLE spool_traces ADD COLUMN foreign_sender INTEGER NOT NULL DEFAULT 0",
-)
-SCHEMA_VERSION = len(_MIGRATIONS)
-SIGNALS = ("traces", "logs")
-
-
 _CHUNK = 64 * 1024  # bytes per blob write: one page
-# Spools set aside as unreadable kept for a post-mortem, the newest (each is up to
-# ``max_bytes``): older ones are deleted when another is set aside, so power loss after
-# power loss does not fill the disk.
-CORRUPT_KEPT = 3
-
-
-def _damaged(error: sqlite3.DatabaseError) -> bool:
-    """The file itself is unreadable (not a database, a corrupt page: power loss without
-    fsync), not the moment (a lock, a full disk, an I/O error, which pass)."""
-    name = getattr(error, "sqlite_errorname", "") or ""
-    return name == "SQLITE_NOTADB" or name.startswith("SQLITE_CORRUPT")
-
-
-class SpoolVersionError(ConfigError):
-    """The spool was written by a newer otel-eval (its schema version is unknown here): the
-    command line reports it as it reports a configuration error."""
 
 
 @dataclass(slots=True)
 class _Request:
     nbytes: int
     pending: int  # traces it fed whose evaluation is not stored yet
-
-
-# What ``replay`` hands decoded items to, with their signal ("traces" or "logs") and how
-# many seconds ago they were received: the engine's submit (replayed=True); returns how many
-# it took and how many assembly refused, by reason.
-Replay = Callable[[list[Span] | list[HeldRecord], str, float], tuple[int, Mapping[str, int]]]
-# The spans and log records an open trace holds (``settle`` re-spools them when it re-opens).
-# What a re-opened trace holds, per trace id: its spans, and its log records but the request's.
-Held = Mapping[str, tuple[Collection[Span], Collection[HeldRecord]]]
 
 
 class Spool:
@@ -208,7 +165,7 @@ class Spool:
             self._db = self._open()
             self._backlog = self._load()
         except sqlite3.DatabaseError as e:
-            if not _damaged(e):  # locked, a full disk, an I/O error: kept for the next start
+            if not damaged(e):  # locked, a full disk, an I/O error: kept for the next start
                 with contextlib.suppress(AttributeError, sqlite3.Error):
                     self._db.close()
                 raise StartupError(f"spool {self.path}: {e} (not damaged: what it holds is "
@@ -221,53 +178,17 @@ class Spool:
         return self
 
     def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        version = int(db.execute("PRAGMA user_version").fetchone()[0])
-        if version > SCHEMA_VERSION:  # before anything is written to it (WAL mode included)
-            db.close()
-            raise SpoolVersionError([
-                f"store.path: spool {self.path} has schema version {version}; this otel-eval "
-                f"knows up to {SCHEMA_VERSION} (written by a newer release: upgrade, or move "
-                f"the file away to start an empty spool)"])
-        # Rows are whole requests (~100 KB+): 64 KiB pages take a third less CPU per write
-        # than 4 KiB ones (only a new file takes it); checkpoints stay at ~4 MB of WAL.
-        db.execute("PRAGMA page_size=65536")
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA wal_autocheckpoint=64")
-        db.execute(f"PRAGMA synchronous={'FULL' if self._fsync else 'OFF'}")
-        # Debian's SQLite (the image's, CPython's on most Linux) is built with secure_delete
-        # on: each request deleted after its evaluation had its ~100 KB+ of pages zeroed and
-        # written to the WAL again (half of the spool's delete CPU). FAST zeroes what costs no
-        # extra I/O (the b-tree pages); a deleted body's pages go to the freelist as they are,
-        # for the next requests' bodies to take.
-        db.execute("PRAGMA secure_delete=FAST")
+        db = spool_file.connect(self.path, self._fsync)
         self._db = db
-        self._migrate()
+        spool_file.migrate(db)
         return db
-
-    def _migrate(self) -> None:
-        """Create or bring the schema to ``SCHEMA_VERSION`` (one transaction)."""
-        with self._transaction() as cur:
-            version = int(cur.execute("PRAGMA user_version").fetchone()[0])
-            for stmt in _SCHEMA:
-                cur.execute(stmt)
-            for step in _MIGRATIONS[version:]:
-                cur.execute(step)
-            if version < SCHEMA_VERSION:
-                cur.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _set_aside(self) -> None:
         """An unreadable spool (power loss without fsync): keep it for a post-mortem, start
         a new one. What it held is lost, and said so."""
         with contextlib.suppress(AttributeError, sqlite3.Error):
             self._db.close()
-        suffix = f".corrupt-{time.time_ns()}"
-        for part in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.replace(self.path + part, self.path + suffix + part)
-        log.error("spool %s is unreadable; moved aside to %s%s, starting an empty spool",
-                  self.path, self.path, suffix)
-        self._prune_set_aside()
+        spool_file.set_aside(self.path)
         self.metrics.failed("open")
         self._requests.clear()
         self._traces.clear()
@@ -276,21 +197,6 @@ class Spool:
         self.carried.clear()
         self._foreign.clear()
         self.bytes = 0
-
-    def _prune_set_aside(self) -> None:
-        """Delete the spools set aside before the newest ``CORRUPT_KEPT`` (and their WAL and
-        shared-memory files), each logged."""
-        folder, name = os.path.split(os.path.abspath(self.path))
-        prefix = name + ".corrupt-"
-        stamps = sorted({int(m.group(1)) for entry in os.listdir(folder)
-                         if (m := re.fullmatch(re.escape(prefix) + r"(\d+)(?:-wal|-shm)?",
-                                               entry))}, reverse=True)
-        for stamp in stamps[CORRUPT_KEPT:]:
-            for part in ("", "-wal", "-shm"):
-                with contextlib.suppress(OSError):  # gone, or not ours to delete: the start goes on
-                    os.remove(os.path.join(folder, f"{prefix}{stamp}{part}"))
-            log.warning("spool %s: deleted %s%d, set aside as unreadable before the newest "
-                        "%d", self.path, prefix, stamp, CORRUPT_KEPT)
 
     # --- what a previous process left -------------------------------------------------------
 
@@ -311,7 +217,7 @@ class Spool:
                 if foreign:
                     self._foreign.add((rid, tid))
         orphans = [(rid,) for rid in sizes if rid not in backlog]
-        with self._transaction() as cur:
+        with transaction(self._db) as cur:
             cur.executemany("DELETE FROM spool_requests WHERE id = ?", orphans)
             cur.execute("DELETE FROM spool_traces WHERE request_id NOT IN "
                         "(SELECT id FROM spool_requests)")
@@ -341,8 +247,8 @@ class Spool:
             at = received.get(rid) or 0.0  # 0: kept before receive times were (age 0)
             age_s = max(0.0, self._wall() - at) if at else 0.0
             try:
-                n, fed = self._replay_one(bytes(row[0]), signal, wanted, age_s, submit,
-                                          {t for t in wanted if (rid, t) in foreign})
+                n, fed = replay_one(bytes(row[0]), signal, wanted, age_s, submit, self.metrics,
+                                     {t for t in wanted if (rid, t) in foreign})
             except otlp.MalformedRequest:  # cannot happen for what append wrote; never loop
                 log.error("spool request %d is not an OTLP %s request; dropping it", rid, signal)
                 self.metrics.failed("replay")
@@ -356,32 +262,6 @@ class Spool:
                      len(backlog))
         return len(backlog), taken["traces"], taken["logs"]
 
-    def _replay_one(self, body: bytes, signal: str, wanted: set[str], age_s: float,
-                    submit: Replay, foreign: Collection[str] = ()) -> tuple[int, set[str]]:
-        """One row through the decode path its signal takes: how many items assembly took,
-        and the traces the decoder kept any item of. Raises MalformedRequest.
-        ``foreign``: the traces whose spans in it were taken only to pass on, as another
-        sender's (the replay knows no sender): marked so again (``Span.unevaluable``)."""
-        if signal == "logs":
-            held = otlp_logs.hold_logs(otlp_logs.parse_logs_request(body)[0], traces=wanted)
-            self._refused("log record(s)", held.rejected, self.metrics.log_records_rejected)
-            n, refused = submit(held.records, "logs", age_s)
-            self._refused("log record(s)", refused, self.metrics.log_records_rejected,
-                          "assembly")
-            self.metrics.replayed_logs(n)
-            return n, {r.trace_id for r in held.records}
-        req, _ = otlp.parse_request(body)
-        spans = [s for s in otlp.decode_request(req).spans if s.trace_id in wanted]
-        for s in spans:
-            if s.trace_id in foreign:
-                s.unevaluable = "foreign_sender"
-        self._refused("span(s)", _refused(req, wanted, len(spans)),
-                      self.metrics.spans_rejected)
-        n, refused = submit(spans, "traces", age_s)
-        self._refused("span(s)", refused, self.metrics.spans_rejected, "assembly")
-        self.metrics.replayed(n)
-        return n, {s.trace_id for s in spans}
-
     def _fed_nothing(self, rid: int, traces: set[str]) -> None:
         """The pairs of a replayed request whose traces the decoder kept nothing of (refused
         by this version, counted): no release will ever delete them, and left they were
@@ -393,19 +273,6 @@ class Spool:
         except (sqlite3.Error, OSError):  # left for the next delete (``_undeleted``)
             log.exception("spool: deleting the refused traces of request %d failed", rid)
             self.metrics.failed("delete")
-
-    @staticmethod
-    def _refused(what: str, refused: Mapping[str, int], count: Callable[[str, int], None],
-                 by: str = "this version's decoder") -> None:
-        """Items of the traces replayed that were acknowledged by an earlier version and
-        that this one's decoder (or assembly) refuses: counted by reason, and logged."""
-        if not refused:
-            return
-        for reason, k in sorted(refused.items()):
-            count(reason, k)
-        log.warning("spool: %d %s of the traces replayed are refused by %s and not "
-                    "evaluated: %s", sum(refused.values()), what, by,
-                    ", ".join(f"{k} {r}" for r, k in sorted(refused.items())))
 
     # --- ingest (receiver threads, under the engine lock) --------------------------------------
 
@@ -436,9 +303,9 @@ class Spool:
         assert signal in SIGNALS, signal
         rows = [(body, list(trace_ids), signal, carried)]
         if runs:
-            rows += [(b, tids, sig, runs_stored) for sig, tids, b in _encoded(runs, list(runs))]
+            rows += [(b, tids, sig, runs_stored) for sig, tids, b in encoded(runs, list(runs))]
         written: list[int] = []
-        with self._lock, self._transaction() as cur:
+        with self._lock, transaction(self._db) as cur:
             for raw, tids, sig, marked in rows:
                 written.append(self._insert(cur, raw, tids, sig, marked))
         with self._lock:
@@ -513,7 +380,7 @@ class Spool:
             if dropped:
                 self._delete(dropped)
             if marked:
-                with self._lock, self._transaction() as cur:
+                with self._lock, transaction(self._db) as cur:
                     cur.executemany("UPDATE spool_traces SET foreign_sender = 1 "
                                     "WHERE request_id = ? AND trace_id = ?", marked)
             if reopened:
@@ -526,7 +393,7 @@ class Spool:
     def _respool(self, reopened: list[str], accepted: dict[str, int], held: Held,
                  carried: Collection[str]) -> None:
         """Re-opened traces: what they held, re-encoded, a row per signal."""
-        for signal, tids, body in _encoded(held, reopened):
+        for signal, tids, body in encoded(held, reopened):
             again = self.append(body, tids, signal, carried)
             with self._lock:
                 for tid in tids:
@@ -564,7 +431,7 @@ class Spool:
             done = [rid for rid, n in decrements.items()
                     if rid in self._requests and self._requests[rid].pending <= n]
             try:
-                with self._transaction() as cur:
+                with transaction(self._db) as cur:
                     cur.executemany("DELETE FROM spool_traces WHERE request_id = ? AND "
                                     "trace_id = ?", pairs)
                     cur.executemany("DELETE FROM spool_requests WHERE id = ?",
@@ -588,18 +455,6 @@ class Spool:
 
     # --- plumbing ----------------------------------------------------------------------------
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Cursor]:
-        cur = self._db.cursor()
-        cur.execute("BEGIN")
-        try:
-            yield cur
-            cur.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                cur.execute("ROLLBACK")
-            raise
-
     def _report(self) -> None:
         self.metrics.held(len(self._requests), self.bytes)
 
@@ -614,37 +469,3 @@ class Spool:
                 self._db.close()
 
 
-def _refused(req: ExportTraceServiceRequest, wanted: set[str], kept: int) -> Counter[str]:
-    """The decoder's reasons for the spans of ``wanted`` traces in ``req`` it did not keep
-    (``kept`` it did), by reason; empty, and nothing decoded again, when it kept them all.
-    The other traces' spans are not counted: those were refused when received (counted
-    then), or fed nothing the spool holds."""
-    raw = [(rs, ss, pb) for rs in req.resource_spans for ss in rs.scope_spans
-           for pb in ss.spans if pb.trace_id.hex() in wanted]
-    reasons = Counter[str]()
-    if len(raw) == kept:
-        return reasons
-    for rs, ss, pb in raw:  # rare: each span alone, for its reason
-        alone = ExportTraceServiceRequest()
-        entry = alone.resource_spans.add()
-        entry.resource.CopyFrom(rs.resource)
-        scope = entry.scope_spans.add()
-        scope.scope.CopyFrom(ss.scope)
-        scope.spans.add().CopyFrom(pb)
-        reasons.update(otlp.decode_request(alone).reasons)
-    return reasons
-
-
-def _encoded(held: Held, traces: list[str]) -> list[tuple[str, list[str], bytes]]:
-    """What ``traces`` hold (``held``), re-encoded: (signal, its traces, bytes), a row per
-    signal that holds any."""
-    spans = [t for t in traces if held[t][0]]
-    logs = [t for t in traces if held[t][1]]
-    rows = []
-    if spans:
-        rows.append(("traces", spans, encode.encode_spans(
-            s for t in spans for s in held[t][0]).SerializeToString()))
-    if logs:
-        rows.append(("logs", logs, otlp_logs.encode_logs(
-            r for t in logs for r in held[t][1]).SerializeToString()))
-    return rows

@@ -1,0 +1,111 @@
+"""Stage: assemble (spool rows). What a spool row's body holds, read back and written again.
+
+    Spool.replay -> replay_one(body, signal) -> parse + decode (traces or logs) -> submit
+        (the engine's, replayed=True) ; refused items counted by reason and logged
+    Spool.append / settle (a re-opened trace) -> encoded(what it holds) -> a body per signal
+
+A row's body is an OTLP request as received (never re-encoded), so a replay takes the normal
+decode path: a span or log record of a replayed trace that this version's decoder refuses, or
+its assembly does, is counted (``spool_spans_rejected_total{reason}``,
+``spool_log_records_rejected_total{reason}``) and logged, never evaluated. Only what a trace
+re-opened by late spans held is encoded here, a body per signal that holds any. No state:
+the ``Spool`` owns the file and what it holds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from otel_eval.base.model import Span
+from otel_eval.decode import encode, otlp, otlp_logs
+from otel_eval.decode.otlp_logs import HeldRecord
+from otel_eval.telemetry.metrics import SpoolMetrics
+
+# The spool's logger, for all its parts: their lines keep the one name.
+log = logging.getLogger("otel_eval.assemble.spool")
+
+# What ``replay`` hands decoded items to, with their signal ("traces" or "logs") and how
+# many seconds ago they were received: the engine's submit (replayed=True); returns how many
+# it took and how many assembly refused, by reason.
+Replay = Callable[[list[Span] | list[HeldRecord], str, float], tuple[int, Mapping[str, int]]]
+# The spans and log records an open trace holds (``settle`` re-spools them when it re-opens).
+# What a re-opened trace holds, per trace id: its spans, and its log records but the request's.
+Held = Mapping[str, tuple[Collection[Span], Collection[HeldRecord]]]
+
+
+def replay_one(body: bytes, signal: str, wanted: set[str], age_s: float, submit: Replay,
+               metrics: SpoolMetrics, foreign: Collection[str] = ()) -> tuple[int, set[str]]:
+    """One row through the decode path its signal takes: how many items assembly took,
+    and the traces the decoder kept any item of. Raises MalformedRequest.
+    ``foreign``: the traces whose spans in it were taken only to pass on, as another
+    sender's (the replay knows no sender): marked so again (``Span.unevaluable``)."""
+    if signal == "logs":
+        held = otlp_logs.hold_logs(otlp_logs.parse_logs_request(body)[0], traces=wanted)
+        _count_refused("log record(s)", held.rejected, metrics.log_records_rejected)
+        n, refused = submit(held.records, "logs", age_s)
+        _count_refused("log record(s)", refused, metrics.log_records_rejected, "assembly")
+        metrics.replayed_logs(n)
+        return n, {r.trace_id for r in held.records}
+    req, _ = otlp.parse_request(body)
+    spans = [s for s in otlp.decode_request(req).spans if s.trace_id in wanted]
+    for s in spans:
+        if s.trace_id in foreign:
+            s.unevaluable = "foreign_sender"
+    _count_refused("span(s)", _refused(req, wanted, len(spans)), metrics.spans_rejected)
+    n, refused = submit(spans, "traces", age_s)
+    _count_refused("span(s)", refused, metrics.spans_rejected, "assembly")
+    metrics.replayed(n)
+    return n, {s.trace_id for s in spans}
+
+
+def _count_refused(what: str, refused: Mapping[str, int], count: Callable[[str, int], None],
+                   by: str = "this version's decoder") -> None:
+    """Items of the traces replayed that were acknowledged by an earlier version and
+    that this one's decoder (or assembly) refuses: counted by reason, and logged."""
+    if not refused:
+        return
+    for reason, k in sorted(refused.items()):
+        count(reason, k)
+    log.warning("spool: %d %s of the traces replayed are refused by %s and not "
+                "evaluated: %s", sum(refused.values()), what, by,
+                ", ".join(f"{k} {r}" for r, k in sorted(refused.items())))
+
+
+def _refused(req: ExportTraceServiceRequest, wanted: set[str], kept: int) -> Counter[str]:
+    """The decoder's reasons for the spans of ``wanted`` traces in ``req`` it did not keep
+    (``kept`` it did), by reason; empty, and nothing decoded again, when it kept them all.
+    The other traces' spans are not counted: those were refused when received (counted
+    then), or fed nothing the spool holds."""
+    raw = [(rs, ss, pb) for rs in req.resource_spans for ss in rs.scope_spans
+           for pb in ss.spans if pb.trace_id.hex() in wanted]
+    reasons = Counter[str]()
+    if len(raw) == kept:
+        return reasons
+    for rs, ss, pb in raw:  # rare: each span alone, for its reason
+        alone = ExportTraceServiceRequest()
+        entry = alone.resource_spans.add()
+        entry.resource.CopyFrom(rs.resource)
+        scope = entry.scope_spans.add()
+        scope.scope.CopyFrom(ss.scope)
+        scope.spans.add().CopyFrom(pb)
+        reasons.update(otlp.decode_request(alone).reasons)
+    return reasons
+
+
+def encoded(held: Held, traces: list[str]) -> list[tuple[str, list[str], bytes]]:
+    """What ``traces`` hold (``held``), re-encoded: (signal, its traces, bytes), a row per
+    signal that holds any."""
+    spans = [t for t in traces if held[t][0]]
+    logs = [t for t in traces if held[t][1]]
+    rows = []
+    if spans:
+        rows.append(("traces", spans, encode.encode_spans(
+            s for t in spans for s in held[t][0]).SerializeToString()))
+    if logs:
+        rows.append(("logs", logs, otlp_logs.encode_logs(
+            r for t in logs for r in held[t][1]).SerializeToString()))
+    return rows
