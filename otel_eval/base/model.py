@@ -266,9 +266,9 @@ class Trace:
     # trace id, these spans came after that run was released, to a process that no longer
     # holds it (a restart, or a trace id assembly no longer remembers). They are ``late``,
     # as assembly refuses them while it remembers the id: a fragment never replaces a run.
-    # ``evaluate.stage`` decides by the stored run's span ids (a trace holding them all is
-    # more of the run, in process and in a worker alike); this mark decides only for a row
-    # stored before they were kept.
+    # ``evaluate.stage`` decides by the stored run's span ids and records (``content_ids``:
+    # a trace holding them all is more of the run, in process and in a worker alike); this
+    # mark decides only for a row stored before they were kept.
     late_if_stored: bool = False
     finished: Finished = field(default_factory=Finished)
     # Spans taken only to be passed on (pass-through: past ``max_spans_per_trace``, or
@@ -287,8 +287,24 @@ def content_digest(trace: Trace) -> str:
     h = hashlib.blake2b(digest_size=16)
     for span_id, end_ns in sorted((s.span_id, s.end_ns) for s in trace.spans):
         h.update(f"s{span_id}:{end_ns};".encode())
-    records = sorted((r.span_id, r.time_unix_nano, r.name, repr(r.body), repr(r.attributes))
-                     for r in trace.logs)
-    for rec in records:
+    for rec in sorted(_record_key(r) for r in trace.logs):
         h.update(repr(rec).encode("utf-8", "surrogatepass"))
     return h.hexdigest()
+
+
+def _record_key(record: LogEvent) -> tuple[str, int, str, str, str]:
+    """What tells one log record from another (span id, time, name, body, attributes)."""
+    return (record.span_id, record.time_unix_nano, record.name, repr(record.body),
+            repr(record.attributes))
+
+
+def content_ids(trace: Trace) -> set[str]:
+    """What a trace's evaluation was made from, item by item: its span ids and, for each log
+    record, ``r`` and a short hash of what tells it apart (never a span id: those are hex).
+    A trace whose ids include a stored evaluation's holds all that run was made from (more
+    of it); one lacking some is a fragment (``evaluate.stage``). Linear in the trace's size."""
+    ids = {s.span_id for s in trace.spans}
+    for r in trace.logs:
+        key = repr(_record_key(r)).encode("utf-8", "surrogatepass")
+        ids.add("r" + hashlib.blake2b(key, digest_size=8).hexdigest())
+    return ids

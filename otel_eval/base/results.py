@@ -109,9 +109,10 @@ class Evaluation:
     bounded: dict[str, Any] | None = None
     # the released trace's ``content_digest``, stored in its own column (not in the v1 object)
     content_digest: str | None = None
-    # the released trace's span ids, sorted, space-separated, stored in their own column (not
-    # in the v1 object): whether a later trace of this id holds the whole stored run
-    # (``evaluate.stage``: a fragment of it is ``late``, never stored over it)
+    # the released trace's span ids and log records' keys (``model.content_ids``), sorted,
+    # space-separated, stored in their own column (not in the v1 object): whether a later
+    # trace of this id holds the whole stored run (``evaluate.stage``: a fragment of it is
+    # ``late``, never stored over it)
     span_ids: str | None = None
     # ``json_text`` of the v1 object as ``evaluate.bounds`` encoded it, with the judge, the
     # prediction and the number of findings it was made with: ``to_json_text`` reuses it while

@@ -13,11 +13,13 @@ record redelivered after a Kafka rebalance (to a worker sharing the store) or a 
 replayed after a crash between commit and delete from being evaluated twice. A trace that is
 no agent run (``Evaluator.evaluate`` returns None: only setup operations) is not stored
 either; its outcome says ``not_a_run``, counted and treated as done the same way. A trace
-that lacks spans the stored run was made from (``stored_span_ids``) is not evaluated either
-(``late``): spans that came after the run was stored, to a process that no longer remembers
-it (a restart in between, a new Kafka partition owner), are a fragment of it; the stored run
-stands, as assembly's own ``late`` refusal keeps it while it remembers. One that holds them
-all and more (a re-open, a replay or redelivery with more than was stored) supersedes it.
+that lacks spans or log records the stored run was made from (``stored_span_ids``:
+``model.content_ids``) is not evaluated either (``late``): spans that came after the run
+was stored, to a process that no longer remembers it (a restart in between, a new Kafka
+partition owner), or a replay with fewer of its records, are a fragment of it; the stored
+run stands, as assembly's own ``late`` refusal keeps it while it remembers. One that holds
+them all and more (a re-open, a replay or redelivery with more than was stored) supersedes
+it.
 The rule needs only the store, so it is the same in process and in a worker process. A trace
 a worker process had stored before it died is evaluated again, and counted once.
 A known outcome recorded (``POST /v1/feedback``) while a batch was evaluated and stored is in
@@ -41,7 +43,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from otel_eval.base.model import Trace
+from otel_eval.base.model import Trace, content_ids
 from otel_eval.base.results import Evaluation
 from otel_eval.base.text import valid_text
 from otel_eval.evaluate.agent_inference import RecallOnce, learned
@@ -172,15 +174,16 @@ def _store_fresh(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[
 
 def _skipped(trace: Trace, stored: Mapping[str, str], own: set[str],
              whole: Mapping[str, frozenset[str]]) -> str | None:
-    """Why ``trace`` is not evaluated, given the stored digests and span ids (``whole``);
-    None: it is. A trace a dead worker had committed is evaluated again (``own``): that
-    worker's outcome never reached the engine, so nothing counted, exported or judged it.
-    Else the same content is ``already_evaluated``; other content that holds every span the
-    stored run was made from is more of the run (a re-open, a replay or a Kafka redelivery
-    with more than was stored) and supersedes it; content that lacks some is a fragment
-    (spans that came after the run was stored, to a process that no longer holds it: a
-    restart, a new partition owner) and is ``late``, the stored run stands. A row stored
-    before span ids were kept falls back on ``Trace.late_if_stored``."""
+    """Why ``trace`` is not evaluated, given the stored digests and span ids and records'
+    keys (``whole``); None: it is. A trace a dead worker had committed is evaluated again
+    (``own``): that worker's outcome never reached the engine, so nothing counted, exported
+    or judged it. Else the same content is ``already_evaluated``; other content that holds
+    every span and log record the stored run was made from (``content_ids``) is more of the
+    run (a re-open, a replay or a Kafka redelivery with more than was stored) and supersedes
+    it; content that lacks some is a fragment (spans that came after the run was stored, to
+    a process that no longer holds it: a restart, a new partition owner; a replay with fewer
+    of its records) and is ``late``, the stored run stands. A row stored before span ids
+    were kept falls back on ``Trace.late_if_stored``."""
     held = stored.get(trace.trace_id)
     if held is None or trace.trace_id in own:
         return None
@@ -189,7 +192,7 @@ def _skipped(trace: Trace, stored: Mapping[str, str], own: set[str],
     ids = whole.get(trace.trace_id)
     if ids is None:
         return LATE if trace.late_if_stored else None
-    return None if ids <= {s.span_id for s in trace.spans} else LATE
+    return None if ids <= content_ids(trace) else LATE
 
 
 def _own_commits(store: EvaluationStore, traces: Sequence[Trace],
@@ -250,7 +253,7 @@ def _evaluate(evaluator: Evaluator, trace: Trace, outcome: str | None,
 def _made_from(ev: Evaluation, trace: Trace) -> None:
     """What ``ev`` was made from, stored in its own columns (``_skipped`` reads them)."""
     ev.content_digest = trace.digest or None
-    ev.span_ids = " ".join(sorted(s.span_id for s in trace.spans))
+    ev.span_ids = " ".join(sorted(content_ids(trace)))
 
 
 def _outcomes_recorded_meanwhile(evaluator: Evaluator, store: EvaluationStore,

@@ -242,10 +242,11 @@ class EvaluationStore(Protocol):
         ...
 
     def stored_span_ids(self, trace_ids: Collection[str]) -> dict[str, frozenset[str]]:
-        """The span ids the stored evaluation of each of ``trace_ids`` was made from (rows
-        stored before they were kept, schema version 16, are left out), in one query: a
-        released trace that does not hold them all is a fragment of the stored run (spans
-        that came after it was stored), never stored over it (``evaluate.stage``)."""
+        """The span ids and log records' keys (``model.content_ids``) the stored evaluation
+        of each of ``trace_ids`` was made from (rows stored before they were kept, schema
+        version 16, are left out), in one query: a released trace that does not hold them all
+        is a fragment of the stored run (spans that came after it was stored, a replay with
+        fewer of its records), never stored over it (``evaluate.stage``)."""
         ...
 
     def delete_older_than(self, cutoff_ns: int, batch: int = RETENTION_BATCH,

@@ -38,7 +38,8 @@ Both stores keep the same tables, with each engine's types:
        the next run names it, after a restart too (0 in rows before it)
    15  text stored with NUL before ``base.stored_args`` holds U+FFFD, as written and looked
        up since (SQLite: ``store.nul_text``; PostgreSQL text never held NUL)
-   16  evaluations.span_ids (the span ids the evaluation was made from: a trace of that id
+   16  evaluations.span_ids (the span ids and log records' keys the evaluation was made from,
+       ``model.content_ids``; rows of earlier releases of 16 hold span ids only: a trace of that id
        that does not hold them all is a fragment, never stored over the run; NULL in rows
        stored before it)
    17  each turn's start read again from its body as 13 now reads it, the same on both

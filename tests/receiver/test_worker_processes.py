@@ -336,10 +336,9 @@ def test_a_trace_stored_from_the_same_content_is_not_evaluated_again(tmp_path: P
         assert store.stamp("c" * 32) == stamp
         late = Span("c" * 32, f"{99:016x}", f"{1:016x}", "chat", 4, 5,
                     resource={"service.name": "agents"})
-        # each holds every span stored before it (a fragment without them is late: below)
-        for changed in (released(spans),
-                        released(spans, (record, dataclasses.replace(record, time_unix_nano=6))),
-                        released([*spans, late], (record,))):
+        # each holds every span and record stored before it (without them: late, below)
+        more = (record, dataclasses.replace(record, time_unix_nano=6))
+        for changed in (released(spans, more), released([*spans, late], more)):
             [out] = evaluate_and_store(evaluator, store, [changed])
             assert out.evaluation is not None and out.superseded, changed
     finally:
@@ -608,6 +607,41 @@ def test_a_fragment_of_a_stored_run_is_late_and_more_of_it_supersedes(
         assert again.skipped == "late"
         stored = store.get("c" * 32)
         assert stored is not None and stored["counts"]["spans"] == SPANS + 1
+    finally:
+        store.close()
+
+
+def test_a_replay_with_fewer_log_records_than_stored_is_late(tmp_path: Path) -> None:
+    """The stored run's log records count in the one rule as its spans do: a replay or
+    redelivery holding the same spans but fewer of the run's GenAI records than were stored
+    (records on another Kafka partition, or refused) is no superset of the stored run; it is
+    ``late`` and the stored run stands. Before, only span ids were kept, so it superseded the
+    row with a poorer evaluation (the guide: only a redelivery with more than was stored is
+    evaluated again)."""
+    evaluator = Evaluator(Config())
+    store = Store(str(tmp_path / "s.db"))
+
+    def released(logs: tuple[LogEvent, ...]) -> Trace:
+        t = Trace("c" * 32, _trace("c" * 32), "complete", logs=list(logs))
+        t.digest = content_digest(t)
+        return t
+
+    spans = _trace("c" * 32)
+    first = LogEvent("c" * 32, spans[1].span_id, "gen_ai.choice", 5, {}, {"content": "hi"})
+    second = dataclasses.replace(first, time_unix_nano=6, body={"content": "done"})
+    try:
+        [stored] = evaluate_and_store(evaluator, store, [released((first, second))])
+        assert stored.evaluation is not None
+        stamp = store.stamp("c" * 32)
+        for fewer in ((), (first,), (second,)):
+            [out] = evaluate_and_store(evaluator, store, [released(fewer)])
+            assert (out.evaluation, out.skipped) == (None, "late"), fewer
+            assert store.stamp("c" * 32) == stamp
+        other = dataclasses.replace(first, time_unix_nano=7)  # as many, but not the same
+        [out] = evaluate_and_store(evaluator, store, [released((first, other))])
+        assert out.skipped == "late"
+        [more] = evaluate_and_store(evaluator, store, [released((first, second, other))])
+        assert more.evaluation is not None and more.superseded
     finally:
         store.close()
 
