@@ -69,14 +69,16 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         trials += trials_of([evaluation])
         if args.format == "jsonl":  # = json.dumps(to_json()), from the text stored
             out.write(evaluation.to_json_ascii() + "\n")
-            if evaluation.trajectory.session_id is not None:  # a turn of a conversation
-                sessions.add(evaluation.to_json(), len(evaluation.to_json_text()))
         else:
             rows.append(evaluation.to_json())
+        if evaluation.trajectory.session_id is not None:  # a turn: its session gated too
+            sessions.add(evaluation.to_json(), len(evaluation.to_json_text()))
     if args.format == "table":
         _print_table(rows, out)
     for record in sessions.records():  # after the trace records (issue 27)
-        out.write(json.dumps(record) + "\n")
+        gate.add_session(record)
+        if args.format == "jsonl":
+            out.write(json.dumps(record) + "\n")
     line = run.cost_line()
     if line:
         print(line, file=sys.stderr)

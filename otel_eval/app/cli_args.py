@@ -168,9 +168,10 @@ def _eval_command(sub: Commands) -> None:
     ev.add_argument("--turns", action="store_true", help=_TURNS_HELP)
     ev.add_argument("--fail-on", type=_fail_on, action="extend", default=[],
                     metavar="WHAT[,WHAT...]",
-                    help="exit 3 when a trace trips WHAT (repeatable): 'failed' (its verdict "
-                         "did not pass) or a detector (" + ", ".join(FAIL_ON[1:]) + "; a "
-                         "finding of it at warning or error, notes never)")
+                    help="exit 3 when a trace or a conversation trips WHAT (repeatable): "
+                         "'failed' (its verdict did not pass) or a detector ("
+                         + ", ".join(FAIL_ON[1:]) + "; a finding of it at warning or error, "
+                         "notes never)")
     _model(ev)
 
 

@@ -215,3 +215,30 @@ def test_a_conversation_ended_with_a_call_pending_has_p_success_0(tmp_path: Path
     *_, asked = _eval(*_write(tmp_path, "asks", asks))
     assert [f["kind"] for f in asked["findings"]] == ["unanswered_question"]
     assert asked["prediction"]["p_success"] > 0
+
+
+@pytest.mark.parametrize("table", [False, True])
+def test_fail_on_trips_on_a_conversation_whose_session_failed(
+        tmp_path: Path, table: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--fail-on`` reads the session records ``eval`` makes as well as the traces: a
+    conversation that loops across its turns (each turn passing) trips ``loop`` and
+    ``failed``, whatever ``--format``; a detector it has no finding of does not."""
+    looping = scripted("gate-loop", "session.id", [
+        (f"what is the status of my booking, question {n}",
+         [call("get_reservation_details", SAME, f"c{n}"),
+          {"role": "assistant", "content": "Confirmed."}]) for n in range(3)])
+    paths = [str(p) for p in _write(tmp_path, "gate", looping)]
+    fmt = ["--format", "table"] if table else ["--format", "jsonl"]
+
+    def code(*gate: str) -> int:
+        return cmd_eval(build_parser().parse_args(["eval", *paths, *fmt, *gate]), io.StringIO())
+
+    assert code() == 0
+    assert code("--fail-on", "budget") == 0
+    capsys.readouterr()
+    assert code("--fail-on", "loop") == 3
+    err = capsys.readouterr().err
+    assert "--fail-on: 1 conversation(s) tripped it (loop: 1)" in err, err
+    assert "trace(s) tripped it" not in err  # each turn passed
+    assert code("--fail-on", "failed") == 3
+    assert "1 conversation(s) tripped it (failed: 1)" in capsys.readouterr().err
