@@ -42,8 +42,9 @@ def is_evaluation(obj: object) -> bool:
 
 
 def _first_line(path: Path) -> bytes:
-    """The first line, gunzipped by magic as the loaders do, as bounded (eval output can be
-    huge: the whole file is read only when its first line is not a whole JSON object)."""
+    """The first line, gunzipped or zstd decompressed by magic as the loaders do, as bounded
+    (eval output can be huge: a plain or gzip file is read whole only when its first line is
+    not a whole JSON object)."""
     from otel_eval.decode.compressed import open_binary
 
     with open_binary(path) as f:

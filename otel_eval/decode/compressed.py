@@ -58,16 +58,21 @@ class _Bounded(io.RawIOBase):
             super().close()
 
 
-def is_gzip(path: Path) -> bool:
+def _magic(path: Path) -> bytes:
     with path.open("rb") as f:
-        return f.read(2) == GZIP_MAGIC
+        return f.read(4)
 
 
 def open_binary(path: Path, limit: int | None = None) -> IO[bytes]:
     """The file's content as a stream, gunzipped when it starts with the gzip magic (at
     most ``limit`` bytes, ``MAX_GUNZIPPED_BYTES`` by default; past it a read raises
-    ``TooLarge``). A plain file is opened as it is."""
-    if not is_gzip(path):
+    ``TooLarge``), or decompressed when it starts with zstd's, as ``read_data`` reads it
+    (``unzstd``: one stream or a frame after another, bounded the same; ``TooLarge`` or
+    ``ZstdError`` raised here). A plain file is opened as it is."""
+    magic = _magic(path)
+    if magic == ZSTD_MAGIC:
+        return io.BytesIO(unzstd(path.read_bytes(), limit))
+    if magic[:2] != GZIP_MAGIC:
         return path.open("rb")
     bound = MAX_GUNZIPPED_BYTES if limit is None else limit
     return io.BufferedReader(_Bounded(gzip.GzipFile(path, "rb"), bound))

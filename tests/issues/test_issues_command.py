@@ -360,3 +360,34 @@ def test_issue_titles_and_descriptions_are_redacted_as_the_web_view_redacts(
     shown = json.dumps(data)
     assert "example.com" not in shown and "4111" not in shown
     assert any("[EMAIL]" in i["description"] for i in data["issues"])
+
+
+def test_zstd_evaluation_files_are_read_as_eval_reads_zstd(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``eval`` reads zstd (the file exporter's ``compression: zstd``), ``issues`` read its
+    evaluation files through a reader of gzip only: ``eval ... --format jsonl | zstd``
+    was taken for a trace file and refused, exit 2. Now read as the loaders read zstd (one
+    stream or a frame after another, whatever the name), bounded alike."""
+    import cramjam
+
+    evs = window(12)
+    text = "".join(json.dumps(e) + "\n" for e in evs).encode()
+    (tmp_path / "plain.jsonl").write_bytes(text)
+    expected = _json(tmp_path / "plain.jsonl")
+    stream, frames = tmp_path / "evals.jsonl.zst", tmp_path / "frames.jsonl"
+    stream.write_bytes(bytes(cramjam.zstd.compress(text)))
+    frames.write_bytes(b"".join(bytes(cramjam.zstd.compress((json.dumps(e) + "\n").encode()))
+                                for e in evs))
+    for path in (stream, frames):
+        data = _json(path)
+        assert _ids(data) == _ids(expected) and data["critiques"] == expected["critiques"]
+    monkeypatch.setattr("otel_eval.decode.compressed.MAX_GUNZIPPED_BYTES", 1 << 20)
+    bomb = tmp_path / "bomb.jsonl.zst"
+    bomb.write_bytes(bytes(cramjam.zstd.compress(
+        (json.dumps(evs[0]) + "\n").encode() + b" " * (4 << 20) + b"\n")))
+    capsys.readouterr()
+    code, out = _issues(str(bomb), "--format", "json")
+    assert code == 2 and out == ""
+    err = capsys.readouterr().err
+    assert "bomb.jsonl.zst" in err and "limit of 1048576 bytes" in err, err

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from otel_eval.decode.compressed import TooLarge, open_text
+from otel_eval.decode.compressed import TooLarge, ZstdError, open_text
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.naming import Namer
 from otel_eval.outputs.issues.result import IssuesResult
@@ -25,8 +25,9 @@ class EvaluationFileError(ValueError):
 
 
 def _open(path: Path) -> IO[str]:
-    """Gunzipped when the content is gzip, whatever the name (as ``otel-eval issues``
-    detects evaluation files and the loaders read trace files), bounded as theirs."""
+    """Gunzipped when the content is gzip, decompressed when it is zstd, whatever the name
+    (as ``otel-eval issues`` detects evaluation files and the loaders read trace files),
+    bounded as theirs."""
     return open_text(path)
 
 
@@ -55,7 +56,7 @@ def _lines(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def read_evaluations(paths: Iterable[str | Path]) -> Iterator[dict[str, Any]]:
-    """Evaluation objects from JSONL or JSON files (optionally gzipped), in order. A file
+    """Evaluation objects from JSONL or JSON files (optionally gzip or zstd), in order. A file
     whose first line is not a whole JSON object is read as one JSON document."""
     for raw in paths:
         path = Path(raw)
@@ -67,7 +68,7 @@ def read_evaluations(paths: Iterable[str | Path]) -> Iterator[dict[str, Any]]:
             except (ValueError, RecursionError):
                 whole = True
             yield from (_whole(path) if whole else _lines(path))
-        except TooLarge as e:
+        except (TooLarge, ZstdError) as e:
             raise EvaluationFileError(f"{path}: {e}") from e
 
 
