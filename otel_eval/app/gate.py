@@ -17,9 +17,12 @@ from typing import Any, TextIO
 
 from otel_eval.base.results import NOTE_KINDS, Evaluation
 from otel_eval.evaluate.detectors.config import DETECTOR_NAMES
+from otel_eval.evaluate.sessions.detectors import DETECTORS as SESSION_DETECTORS
 
-# What ``--fail-on`` may name: ``failed``, or a detector.
-FAIL_ON: tuple[str, ...] = ("failed", *DETECTOR_NAMES)
+# What ``--fail-on`` may name: ``failed``, or a detector (a trace's, or a session's only:
+# ``repeated_request``).
+FAIL_ON: tuple[str, ...] = ("failed", *DETECTOR_NAMES,
+                            *(n for n in SESSION_DETECTORS if n not in DETECTOR_NAMES))
 # eval's exit codes, for ``--help`` and docs/guide.md (generated from this table).
 EXIT_GATE = 3
 EVAL_EXIT_CODES: dict[int, str] = {

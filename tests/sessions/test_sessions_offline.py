@@ -242,3 +242,24 @@ def test_fail_on_trips_on_a_conversation_whose_session_failed(
     assert "trace(s) tripped it" not in err  # each turn passed
     assert code("--fail-on", "failed") == 3
     assert "1 conversation(s) tripped it (failed: 1)" in capsys.readouterr().err
+
+
+def test_fail_on_names_the_session_detectors_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--fail-on`` gates on session findings, but took only the trace detectors' names:
+    ``repeated_request`` (a session detector, docs/sessions.md) was a usage error (exit 2).
+    Now a conversation whose user asked the same thing again trips it, a warning: not
+    ``failed``."""
+    asked = scripted("gate-asked", "session.id", [
+        ("please cancel my reservation ZFA04Y now",
+         [{"role": "assistant", "content": "Done."}]) for _ in range(2)])
+    paths = [str(p) for p in _write(tmp_path, "asked", asked)]
+
+    def code(*gate: str) -> int:
+        return cmd_eval(build_parser().parse_args(["eval", *paths, "--format", "jsonl", *gate]),
+                        io.StringIO())
+
+    assert code("--fail-on", "failed") == 0
+    capsys.readouterr()
+    assert code("--fail-on", "repeated_request") == 3
+    assert "1 conversation(s) tripped it (repeated_request: 1)" in capsys.readouterr().err
