@@ -759,15 +759,17 @@ def test_passing_another_senders_spans_on_keeps_the_run_until_its_events_are_del
         p.spool.close()
         _stop(sinks[1:], 0.2)
         assert _verdicts(ev) == []
-        ev.fail_next = []
 
-        sinks = _delivering(fwd, Metrics(CollectorRegistry()), events=ev)
-        second = Process(tmp_path, WALL0 + 30.0, sinks=sinks)
-        assert second.advance(GRACE) == 1
-        _stop(sinks, 5.0)
-        assert len(_verdicts(ev)) == 1
-        assert second.spool.held() == (0, 0)
-        second.stop()
+        # the restart sends to an endpoint of its own: the killed process's exporter thread,
+        # still retrying after its stop's timeout, keeps failing on ``ev`` (never delivered)
+        with Capture() as ev_after:
+            sinks = _delivering(fwd, Metrics(CollectorRegistry()), events=ev_after)
+            second = Process(tmp_path, WALL0 + 30.0, sinks=sinks)
+            assert second.advance(GRACE) == 1
+            _stop(sinks, 5.0)
+            assert len(_verdicts(ev_after)) == 1
+            assert second.spool.held() == (0, 0)
+            second.stop()
 
 
 def test_a_replay_whose_stored_evaluation_cannot_be_read_goes_on_unstamped_and_counted(
