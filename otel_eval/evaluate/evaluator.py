@@ -127,13 +127,15 @@ class Evaluator:
 
     def with_outcome(self, body: dict[str, Any], outcome: str) -> dict[str, Any]:
         """A stored per-trace object re-judged with an outcome learnt later (POST /v1/feedback):
-        the lucky-pass check re-runs on the stored findings and the verdict follows."""
-        from otel_eval.evaluate.detectors import lucky_pass
+        the findings that depend on the outcome are what the detectors give with it (a
+        failure nothing recovered from: ``recovery`` ``gave_up`` or ``unrecovered``), the
+        lucky-pass check re-runs on the stored findings and the verdict follows."""
+        from otel_eval.evaluate.detectors import lucky_pass, recovery
         from otel_eval.evaluate.detectors.calls import Context
 
-        findings = [Finding(**f) for f in body.get("findings", [])
-                    if f.get("detector") != "lucky_pass"]
         cfg = self.config.detectors
+        findings = [recovery.with_outcome(Finding(**f), outcome, cfg)
+                    for f in body.get("findings", []) if f.get("detector") != "lucky_pass"]
         if "lucky_pass" in self.detectors.enabled_for(body.get("agent")):
             stub = Trajectory(body["trace_id"], body.get("source", ""), body["status"], [])
             findings += lucky_pass.detect(stub, cfg, Context(outcome=outcome,

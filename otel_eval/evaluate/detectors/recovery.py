@@ -15,6 +15,7 @@ or a call in it with no name), in a run whose calls are known only from its LLM'
 
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_left, bisect_right
 
 from otel_eval.base.results import Finding
@@ -61,12 +62,31 @@ def _one(cs: list[Call], i: int, ok_at: int, same_key: list[int], outcome: str |
         return _finding("repeated_failing_call", cfg.repeated_severity,
                         f"repeated the failing call {label} {len(retries)} more time(s) "
                         "and never recovered", group, attrs), set(retries)
+    kind, severity, message = _unrecovered(label, outcome, config)
+    return _finding(kind, severity, message, group, attrs), set()
+
+
+def _unrecovered(label: str, outcome: str | None, config: DetectorsConfig
+                 ) -> tuple[str, Severity, str]:
+    """(kind, severity, message) of a failure nothing succeeded after: ``unrecovered`` when
+    the outcome is known to be a success, else ``gave_up``."""
     if outcome == "success":
-        return _finding("unrecovered", cfg.unrecovered_severity,
-                        f"{label} failed and was never recovered from", group, attrs), set()
-    return _finding("gave_up", cfg.gave_up_severity,
-                    f"gave up after {label} failed: no later call succeeded", group,
-                    attrs), set()
+        return ("unrecovered", config.recovery.unrecovered_severity,
+                f"{label} failed and was never recovered from")
+    return ("gave_up", config.recovery.gave_up_severity,
+            f"gave up after {label} failed: no later call succeeded")
+
+
+def with_outcome(finding: Finding, outcome: str | None, config: DetectorsConfig) -> Finding:
+    """``finding`` as this detector gives it when the run's outcome is ``outcome`` (an
+    outcome learnt after the run was evaluated: ``Evaluator.with_outcome``): a ``gave_up``
+    or ``unrecovered`` finding takes the kind, severity and message of that outcome; any
+    other finding is returned as it is."""
+    if finding.detector != "recovery" or finding.kind not in ("gave_up", "unrecovered"):
+        return finding
+    kind, severity, message = _unrecovered(str(finding.attributes.get("tool", "")),
+                                           outcome, config)
+    return dataclasses.replace(finding, kind=kind, severity=severity, message=message)
 
 
 def _unknown_after(trajectory: Trajectory) -> int:
