@@ -2,7 +2,8 @@
 
     outcome -> [store.get -> Evaluator.with_outcome -> store.put_feedback_and_verdict
                (only onto the revision read; re-read and again when it was re-evaluated)]
-            -> the predictor's rolling AUC (PredictionMetrics.labelled)
+            -> the predictor's rolling AUC (PredictionMetrics.labelled; a prediction of the
+               serving model only: one stored before a model swap enters no window)
             -> ``recorded()``: the cached calibration report is stale (GET /v1/calibration
                and the agreement gauges count the outcome at their next read)
 
@@ -72,6 +73,16 @@ class Feedback:
             store.put_feedback(trace_id, outcome, self._wall_clock_ns())
         self._recorded()  # the outcome's row is written: the calibration report is stale
         stored = store.get(trace_id)  # with whatever the judge wrote meanwhile
-        if stored is not None:
+        if stored is not None and self._serving_model(stored):
             self.metrics.labelled(stored, outcome)  # the predictor's rolling AUC
         return stored
+
+    def _serving_model(self, body: dict[str, Any]) -> bool:
+        """Whether ``body``'s prediction is the serving model's: the rolling AUC is that
+        model's, and a run predicted before a model swap (stored before a restart with
+        another ``--model``, or another otel-eval's default) would put the old model's
+        ranking in the new model's window."""
+        predictor = self.evaluator.predictor
+        prediction = body.get("prediction")
+        return predictor is not None and isinstance(prediction, dict) \
+            and prediction.get("model") == predictor.model.label
