@@ -144,6 +144,9 @@ class KafkaConsumerStage:
         self._pausing = False  # whether any partition is paused (the ``paused`` metric)
         self._drained = asyncio.Event()
         self._last_commit = 0.0
+        # partition ends asked of the broker for paused partitions (``_report_lag``)
+        self._ends: dict[TopicPartition, int] = {}
+        self._last_ends = 0.0
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -249,7 +252,7 @@ class KafkaConsumerStage:
             for tp, records in batch.items():
                 for rec in records:
                     self._take(tp, rec.offset, rec.value)
-            self._report_lag(consumer)
+            await self._report_lag(consumer)
             if time.monotonic() - self._last_commit >= cfg.commit_interval_s:
                 await self._commit()
 
@@ -359,11 +362,27 @@ class KafkaConsumerStage:
             self._pausing = bool(want)
             self.metrics.paused(self._pausing)
 
-    def _report_lag(self, consumer: AIOKafkaConsumer) -> None:
-        for tp in consumer.assignment():
-            high = consumer.highwater(tp)
+    async def _report_lag(self, consumer: AIOKafkaConsumer) -> None:
+        """Lag = the partition's end (high watermark) - the first record not finished here
+        (taken and not stored, or not taken yet: the fetch position). A paused partition is
+        not fetched, so the fetches' high watermark stops there: its end is asked of the
+        broker instead (at most every ``commit_interval_s``), or backpressure, when lag
+        matters, showed it flat and every partition not yet read from showed none."""
+        parts = consumer.assignment()
+        paused = consumer.paused() & parts
+        now = time.monotonic()
+        if paused and now - self._last_ends >= self.config.commit_interval_s:
+            self._last_ends = now
+            with contextlib.suppress(KafkaError, TimeoutError):  # asked again next time
+                self._ends.update(await asyncio.wait_for(
+                    consumer.end_offsets(list(paused)), self.config.commit_interval_s))
+        for tp in parts:
+            ends = [h for h in (consumer.highwater(tp), self._ends.get(tp)) if h is not None]
             pos = self.tracker.position(tp)
-            if high is not None and pos is not None:
+            if pos is None:
+                pos = _fetch_position(consumer, tp)
+            if ends and pos is not None:
+                high = max(ends)
                 self.metrics.lag(tp.partition, max(0, high - pos), self._kind(tp))
 
     # --- commits and rebalancing -----------------------------------------------------------
@@ -440,4 +459,15 @@ class KafkaConsumerStage:
         self._retries.drop(revoked)
         await self._commit(final)
         for tp in revoked:  # its new owner reports them
+            self._ends.pop(tp, None)
             self.metrics.released(tp.partition, self._kind(tp))
+
+
+def _fetch_position(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
+    """The consumer's position in ``tp`` when known (``position()`` would wait for it)."""
+    sub = consumer._subscription.subscription
+    assignment = sub.assignment if sub is not None else None
+    if assignment is None or tp not in assignment.tps:
+        return None
+    state = assignment.state_value(tp)
+    return state.position if state.has_valid_position else None
