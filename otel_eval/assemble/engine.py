@@ -246,6 +246,13 @@ class Engine:
                      len(gone))
         return len(gone)
 
+    def open_runs(self, trace_ids: Collection[str]) -> set[str]:
+        """Of ``trace_ids``, the runs assembly holds open (not released): a Kafka record of
+        one is finished only once more of its run is read, so the consumer does not count it
+        against ``kafka.max_inflight_records`` (this engine's own bounds hold such runs)."""
+        with self._lock:
+            return {t for t in trace_ids if self._assembler.open_trace(t) is not None}
+
     def _dropped(self) -> None:
         """Traces assembly dropped with only log records: their spooled records are done,
         and so are their waiters (called here, outside the lock)."""

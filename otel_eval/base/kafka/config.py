@@ -90,7 +90,9 @@ class KafkaConfig:
     # Where a group without committed offsets starts: earliest (no loss) or latest.
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     # Records taken from Kafka whose traces are not yet stored. At this many the consumer pauses
-    # its partitions (backpressure instead of unbounded buffering) and resumes at half.
+    # its partitions (backpressure instead of unbounded buffering) and resumes at half. Not
+    # counted: the spans records of runs still open in assembly (they finish only once the
+    # rest of their run is read; assembly's own bounds hold them).
     max_inflight_records: int = 20_000
     # Largest batch returned by one fetch, records.
     max_poll_records: int = 500

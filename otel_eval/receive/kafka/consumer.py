@@ -39,9 +39,12 @@ Promises:
   skipped: it never stalls its partition;
 - backpressure, per topic: with ``max_inflight_records`` of a topic's records taken and not
   stored, that topic's partitions are paused (nothing buffered without bound); resumed at
-  half. Log records whose spans never come are in flight until ``assembly.idle_timeout_s``:
-  counted with the spans' they paused the spans topic too (a clean trace took 18.1 s instead
-  of 1.3 s); now they pause only the logs topic;
+  half. The spans records of runs the engine holds open are not counted
+  (``Engine.open_runs``): they finish only once the rest of their runs is read, which a
+  pause for them prevented (every run cut idle as non-terminated); the engine's bounds hold
+  those runs. Log records whose spans never come are in flight until
+  ``assembly.idle_timeout_s``: counted with the spans' they paused the spans topic too (a
+  clean trace took 18.1 s instead of 1.3 s); now they pause only the logs topic;
 - a record the engine throttles (refused, nothing taken) waits in its partition's retry
   queue (``retries``: one refused for its service's share holds only the later records of its
   own traces, one refused for any other reason its partition), never skipped: the committed
@@ -146,6 +149,8 @@ class KafkaConsumerStage:
         self._last_commit = 0.0
         # partition ends asked of the broker for paused partitions (``_report_lag``)
         self._ends: dict[TopicPartition, int] = {}
+        # when the spans records of open runs were last counted (``_held_open``), how many
+        self._open_held: tuple[float, int] = (float("-inf"), 0)
         self._last_ends = 0.0
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -342,8 +347,10 @@ class KafkaConsumerStage:
         cfg = self.config
         parts = consumer.assignment()
         for logs in (False, True):
-            inflight = sum(self.tracker.inflight(tp) for tp in parts
-                           if self._is_logs(tp) == logs)
+            kind = [tp for tp in parts if self._is_logs(tp) == logs]
+            inflight = sum(self.tracker.inflight(tp) for tp in kind)
+            if not logs and inflight > cfg.max_inflight_records // 2:
+                inflight = max(0, inflight - self._held_open(kind))
             if logs not in self._paused and inflight >= cfg.max_inflight_records:
                 self._paused.add(logs)
             elif logs in self._paused and inflight <= cfg.max_inflight_records // 2:
@@ -361,6 +368,30 @@ class KafkaConsumerStage:
         if bool(want) != self._pausing:
             self._pausing = bool(want)
             self.metrics.paused(self._pausing)
+
+    def _held_open(self, parts: list[TopicPartition]) -> int:
+        """``_in_open_runs``, counted again at most every ``commit_interval_s`` (it reads
+        every record in flight, and the engine under its lock)."""
+        at, n = self._open_held
+        now = time.monotonic()
+        if now - at >= self.config.commit_interval_s:
+            n = self._in_open_runs(parts)
+            self._open_held = (now, n)
+        return n
+
+    def _in_open_runs(self, parts: list[TopicPartition]) -> int:
+        """Spans records of ``parts`` in flight only because their runs are still open in
+        the engine: those finish only once more of their run is read from this topic, so
+        they are not what ``max_inflight_records`` bounds (the engine's own bounds, open
+        traces, pending spans and a service's share, hold them). Counted, they paused the
+        topic once that many runs were open, and every one of them, its end unread, was cut
+        idle as non-terminated, the other services' runs locked out meanwhile. (A logs
+        record's run ends on the spans topic: a pause of the logs topic holds no run.)"""
+        open_runs = getattr(self.engine, "open_runs", None)
+        if open_runs is None:
+            return 0
+        waiting = self.gate.waiting(parts)
+        return sum(waiting[t] for t in open_runs(list(waiting)))
 
     async def _report_lag(self, consumer: AIOKafkaConsumer) -> None:
         """Lag = the partition's end (high watermark) - the first record not finished here

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import base64
 import zlib
-from collections import deque
-from collections.abc import Iterable
+from collections import Counter, deque
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -285,6 +285,15 @@ class TraceGate(Generic[P]):
             out.append(ticket)
         else:
             self._held.setdefault(still, []).append((ticket, trace_ids))
+
+    def waiting(self, partitions: Collection[P]) -> Counter[str]:
+        """Records of ``partitions`` submitted and not yet stored, by trace id (a record of
+        several traces counted under each)."""
+        out: Counter[str] = Counter()
+        for (p, _e, t), n in self._open.items():
+            if p in partitions:
+                out[t] += n
+        return out
 
     def open_traces(self, partition: P) -> set[str]:
         """Trace ids with records of ``partition`` submitted and not yet stored."""
