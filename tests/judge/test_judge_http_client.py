@@ -5,6 +5,7 @@ through the proxy the environment names, for every provider it is handed to."""
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import math
 import ssl
@@ -38,13 +39,16 @@ _MODELS = {
     "nvidia_nim": "nvidia_nim/meta/llama3-8b-instruct", "perplexity": "perplexity/sonar",
     "sambanova": "sambanova/Meta-Llama-3.1-8B-Instruct", "dashscope": "dashscope/qwen-plus",
     "deepinfra": "deepinfra/x/y", "litellm_proxy": "litellm_proxy/m",
-    "moonshot": "moonshot/moonshot-v1-8k", "nebius": "nebius/x/y", "novita": "novita/x/y"}
+    "moonshot": "moonshot/moonshot-v1-8k", "nebius": "nebius/x/y", "novita": "novita/x/y",
+    "friendliai": "friendliai/m", "github": "github/m", "lambda_ai": "lambda_ai/m",
+    "nscale": "nscale/m"}
 _KEYS = {"cerebras": "CEREBRAS_API_KEY", "lm_studio": "LM_STUDIO_API_KEY",
          "nvidia_nim": "NVIDIA_NIM_API_KEY", "perplexity": "PERPLEXITYAI_API_KEY",
          "sambanova": "SAMBANOVA_API_KEY", "dashscope": "DASHSCOPE_API_KEY",
          "deepinfra": "DEEPINFRA_API_KEY", "litellm_proxy": "LITELLM_PROXY_API_KEY",
          "moonshot": "MOONSHOT_API_KEY", "nebius": "NEBIUS_API_KEY",
-         "novita": "NOVITA_API_KEY"}
+         "novita": "NOVITA_API_KEY", "friendliai": "FRIENDLIAI_API_KEY",
+         "github": "GITHUB_API_KEY", "lambda_ai": "LAMBDA_API_KEY", "nscale": "NSCALE_API_KEY"}
 
 
 class Calls(NoopObserver):
@@ -164,6 +168,8 @@ def test_each_provider_handed_the_bounded_client_tells_a_sent_request(
 
     asyncio.run(asyncio.wait_for(main(), 30))
     assert client.budget.spent(client.clock()) > 0
+    # the User-Agent litellm's own handler sends (not httpx's: a gateway may filter on it)
+    assert llm.headers[0]["user-agent"] == f"litellm/{importlib.metadata.version('litellm')}"
 
 
 def test_an_anthropic_reply_is_not_read_past_max_reply_bytes(llm: FakeLLM) -> None:
@@ -187,10 +193,15 @@ def test_an_anthropic_reply_is_not_read_past_max_reply_bytes(llm: FakeLLM) -> No
     assert llm.sent_bytes < total // 2
 
 
-@pytest.mark.parametrize("provider", sorted(SDK_PROVIDERS))
+def test_the_providers_on_the_openai_sdk_are_those_checked_here() -> None:
+    assert set(_KEYS) == SDK_PROVIDERS
+
+
+@pytest.mark.parametrize("provider", sorted(_KEYS))
 def test_each_provider_on_the_openai_sdk_tells_a_sent_request_and_keeps_its_key(
         provider: str, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The providers litellm sends through the openai SDK (perplexity, cerebras, ...) sent on
+    """The providers litellm sends through the openai SDK (perplexity, cerebras, friendliai,
+    github, lambda_ai, nscale: litellm's openai_compatible_providers, ...) sent on
     litellm's own client: a request of theirs cancelled once the server had it was spent
     nothing, and their replies were read whole. They are handed the bounded ``AsyncOpenAI``
     client, made on the provider's own key (not OPENAI_API_KEY, which the SDK would read)."""
@@ -213,7 +224,7 @@ def test_each_provider_on_the_openai_sdk_tells_a_sent_request_and_keeps_its_key(
     assert llm.headers[0]["authorization"] == f"Bearer {provider}-key"
 
 
-@pytest.mark.parametrize("provider", sorted(SDK_PROVIDERS))
+@pytest.mark.parametrize("provider", sorted(_KEYS))
 def test_each_provider_on_the_openai_sdk_gets_its_grade(
         provider: str, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
     """Handed the bounded client, a provider on the openai SDK still reads its reply."""

@@ -153,8 +153,14 @@ def _http_client(verify: Any) -> httpx.AsyncClient:
     is mounted here, bounded too; with litellm's client certificate (``_with_certificate``).
     It keeps no cookie, as litellm's handler's clients keep none (``blocked_cookie_jar``):
     shared by every judge on the loop, it sent each cookie a server set back on every later
-    call, the jar growing with each new name."""
-    from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler, blocked_cookie_jar
+    call, the jar growing with each new name. It sends litellm's User-Agent, as litellm's
+    handler does (``get_default_headers``: litellm/VERSION, or LITELLM_USER_AGENT), not
+    httpx's; the openai SDK sets its own over it."""
+    from litellm.llms.custom_httpx.http_handler import (
+        AsyncHTTPHandler,
+        blocked_cookie_jar,
+        get_default_headers,
+    )
 
     verify = _with_certificate(verify)
     inner = httpx.AsyncHTTPTransport(verify=verify)
@@ -162,7 +168,8 @@ def _http_client(verify: Any) -> httpx.AsyncClient:
     mounts = {pattern: None if proxy is None else _BoundedTransport(proxy)
               for pattern, proxy in proxies.items()}
     return httpx.AsyncClient(transport=_BoundedTransport(inner), mounts=mounts, verify=verify,
-                             cookies=blocked_cookie_jar(), follow_redirects=True, timeout=None)
+                             cookies=blocked_cookie_jar(), follow_redirects=True, timeout=None,
+                             headers=get_default_headers())
 
 
 # event loop -> (api_base, api_key) -> client: an httpx client belongs to the loop it runs on
@@ -224,8 +231,9 @@ HANDLER_PROVIDERS = frozenset((
 # ``bounded_client`` on the server and key litellm resolves for it (its own base URL and key,
 # not OpenAI's), checked the same way.
 SDK_PROVIDERS = frozenset((
-    "cerebras", "dashscope", "deepinfra", "litellm_proxy", "lm_studio", "moonshot", "nebius",
-    "novita", "nvidia_nim", "perplexity", "sambanova"))
+    "cerebras", "dashscope", "deepinfra", "friendliai", "github", "lambda_ai", "litellm_proxy",
+    "lm_studio", "moonshot", "nebius", "novita", "nscale", "nvidia_nim", "perplexity",
+    "sambanova"))
 
 
 def bounded_handler() -> Any:
