@@ -391,3 +391,32 @@ def test_zstd_evaluation_files_are_read_as_eval_reads_zstd(
     assert code == 2 and out == ""
     err = capsys.readouterr().err
     assert "bomb.jsonl.zst" in err and "limit of 1048576 bytes" in err, err
+
+
+def test_eval_jsonl_with_conversations_gives_what_its_traces_give(tmp_path: Path) -> None:
+    """``eval --format jsonl`` prints a ``{"record": "session", ...}`` line per conversation
+    after the trace records. Session findings are no issue (serve's issues job reads the
+    stored runs alone), and such a record is no malformed evaluation either: the jsonl gives
+    what its trace files give. Before, each session record was counted ``skipped``, as a
+    malformed line, so the same runs read from their eval output reported parts skipped."""
+    from sessions.conversations import call, scripted
+
+    turns = scripted("issues-loop", "session.id", [
+        (f"what is the status of my booking, question {n}",
+         [call("get_reservation_details", {"reservation_id": "ZFA04Y"}, f"c{n}"),
+          {"role": "assistant", "content": "Confirmed."}]) for n in range(4)])
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for number, (_, body) in enumerate(turns):
+        (traces / f"turn-{number}.json").write_text(json.dumps(body))
+    out = io.StringIO()
+    from otel_eval.app.cli import cmd_eval
+    assert cmd_eval(build_parser().parse_args(["eval", str(traces), "--format", "jsonl"]),
+                    out) == 0
+    assert '"record": "session"' in out.getvalue()
+    jsonl = tmp_path / "evals.jsonl"
+    jsonl.write_text(out.getvalue())
+    from_traces, from_jsonl = _json(traces), _json(jsonl)
+    assert from_traces["traces"] == from_jsonl["traces"] == 4
+    assert from_jsonl["skipped"] == from_traces["skipped"] == 0
+    assert from_jsonl["assignments"] == from_traces["assignments"]

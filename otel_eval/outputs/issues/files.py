@@ -1,8 +1,11 @@
 """Read evaluation objects from files for the offline ``otel-eval issues PATH...`` command.
 
 Accepts ``eval --format jsonl`` output (one v1 evaluation object per line) and JSON files
-holding one object or a list of them. Raw trace files need the trajectory loaders: the CLI
-evaluates those first and feeds the resulting objects to ``issues_offline`` directly.
+holding one object or a list of them. Its session records (``{"record": "session", ...}``,
+after the trace records) are left out: session findings make no issue (serve's issues job
+reads the stored runs alone), and they are no malformed evaluation to count as skipped.
+Raw trace files need the trajectory loaders: the CLI evaluates those first and feeds the
+resulting objects to ``issues_offline`` directly.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from otel_eval.outputs.issues.naming import Namer
 from otel_eval.outputs.issues.result import IssuesResult
 from otel_eval.outputs.issues.synthesis import Synthesizer
 from otel_eval.outputs.issues.tracker import issues_offline
+
+SESSION_RECORD = "session"  # eval --format jsonl's conversations: no run, no issue
 
 
 class EvaluationFileError(ValueError):
@@ -67,7 +72,8 @@ def read_evaluations(paths: Iterable[str | Path]) -> Iterator[dict[str, Any]]:
                 whole = not isinstance(json.loads(first), dict)
             except (ValueError, RecursionError):
                 whole = True
-            yield from (_whole(path) if whole else _lines(path))
+            yield from (obj for obj in (_whole(path) if whole else _lines(path))
+                        if obj.get("record") != SESSION_RECORD)
         except (TooLarge, ZstdError) as e:
             raise EvaluationFileError(f"{path}: {e}") from e
 
