@@ -42,8 +42,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-from otel_eval.base.model import Trace, content_ids
+from otel_eval.base.model import Trace, content_digest, content_ids
 from otel_eval.base.results import Evaluation
 from otel_eval.base.text import valid_text
 from otel_eval.evaluate.agent_inference import RecallOnce, learned
@@ -183,7 +184,8 @@ def _skipped(trace: Trace, stored: Mapping[str, str], own: set[str],
     it; content that lacks some is a fragment (spans that came after the run was stored, to
     a process that no longer holds it: a restart, a new partition owner; a replay with fewer
     of its records) and is ``late``, the stored run stands. A row stored before span ids
-    were kept falls back on ``Trace.late_if_stored``."""
+    were kept falls back on ``Trace.late_if_stored``; one that names no record (an earlier
+    release of schema 16 kept span ids only) on its digest (``_holds_records``)."""
     held = stored.get(trace.trace_id)
     if held is None or trace.trace_id in own:
         return None
@@ -192,7 +194,21 @@ def _skipped(trace: Trace, stored: Mapping[str, str], own: set[str],
     ids = whole.get(trace.trace_id)
     if ids is None:
         return LATE if trace.late_if_stored else None
-    return None if ids <= content_ids(trace) else LATE
+    if not ids <= content_ids(trace):
+        return LATE
+    return None if any(i.startswith("r") for i in ids) or _holds_records(
+        trace, ids, held) else LATE
+
+
+def _holds_records(trace: Trace, ids: frozenset[str], held: str) -> bool:
+    """Whether ``trace`` holds every log record of a stored run whose ids name none: a run
+    with no records, or a row of an earlier release of schema 16, which kept span ids only.
+    Its digest tells: the trace's spans of the run with the trace's records, or with none,
+    make it again only when the trace holds all the run's records (or it had none). Else
+    (more records than the run's too, or fewer) it is not known to hold them: ``late``."""
+    spans = [s for s in trace.spans if s.span_id in ids]
+    return held in (content_digest(replace(trace, spans=spans, logs=logs))
+                    for logs in (list(trace.logs), []))
 
 
 def _own_commits(store: EvaluationStore, traces: Sequence[Trace],

@@ -40,7 +40,8 @@ Both stores keep the same tables, with each engine's types:
        up since (SQLite: ``store.nul_text``; PostgreSQL text never held NUL)
    16  evaluations.span_ids (the span ids and log records' keys the evaluation was made from,
        ``model.content_ids``; rows of earlier releases of 16 hold span ids only: a trace of that id
-       that does not hold them all is a fragment, never stored over the run; NULL in rows
+       that does not hold them all is a fragment, never stored over the run, nor one not
+       shown by the row's digest to hold its records (``evaluate.stage``); NULL in rows
        stored before it)
    17  each turn's start read again from its body as 13 now reads it, the same on both
        stores: 13 stored a REAL on SQLite for a start past 64 bits, and on PostgreSQL the

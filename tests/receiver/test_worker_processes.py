@@ -646,6 +646,55 @@ def test_a_replay_with_fewer_log_records_than_stored_is_late(tmp_path: Path) -> 
         store.close()
 
 
+def test_a_replay_with_fewer_log_records_than_a_row_of_span_ids_only_is_late(
+        tmp_path: Path) -> None:
+    """A row stored by an earlier release of schema 16 holds span ids only (no log records'
+    keys): a replay or redelivery holding its spans but fewer of its GenAI records holds all
+    it lists, and superseded it with a poorer evaluation. The stored digest tells: the
+    replay's spans of the row with the replay's records (or none) make it again only when
+    the replay holds every record the row was made from (or it had none); otherwise the
+    stored run stands (``late``). More spans with the same records, or records added to a
+    run stored without any, still supersede."""
+    evaluator = Evaluator(Config())
+    path = tmp_path / "s.db"
+    store = Store(str(path))
+    spans = _trace("d" * 32)
+    first = LogEvent("d" * 32, spans[1].span_id, "gen_ai.choice", 5, {}, {"content": "hi"})
+    second = dataclasses.replace(first, time_unix_nano=6, body={"content": "done"})
+    extra = Span("d" * 32, "e" * 16, spans[0].span_id, "chat", 3, 4, resource=spans[0].resource)
+
+    def released(logs: tuple[LogEvent, ...], more: tuple[Span, ...] = ()) -> Trace:
+        t = Trace("d" * 32, [*_trace("d" * 32), *more], "complete", logs=list(logs))
+        t.digest = content_digest(t)
+        return t
+
+    def stored_by_an_earlier_release(trace: Trace) -> None:
+        [out] = evaluate_and_store(evaluator, store, [trace])
+        assert out.evaluation is not None
+        with sqlite3.connect(path) as db:  # span ids only, as rows of earlier releases
+            db.execute("UPDATE evaluations SET span_ids = ?",
+                       (" ".join(sorted(s.span_id for s in trace.spans)),))
+        db.close()
+
+    try:
+        stored_by_an_earlier_release(released((first, second)))
+        stamp = store.stamp("d" * 32)
+        for fewer in ((), (first,), (second,)):
+            [out] = evaluate_and_store(evaluator, store, [released(fewer)])
+            assert (out.evaluation, out.skipped) == (None, "late"), fewer
+            assert store.stamp("d" * 32) == stamp
+        [more] = evaluate_and_store(evaluator, store, [released((first, second), (extra,))])
+        assert more.evaluation is not None and more.superseded
+        with sqlite3.connect(path) as db:  # the same run stored without records, anew
+            db.execute("DELETE FROM evaluations")
+        db.close()
+        stored_by_an_earlier_release(released(()))
+        [added] = evaluate_and_store(evaluator, store, [released((first,))])
+        assert added.evaluation is not None and added.superseded
+    finally:
+        store.close()
+
+
 class _Pipelined:
     """A stage that takes every batch at once and answers them later, in order, as
     ``WorkerPool`` does (several messages in a worker's pipe); ``store`` evaluates and stores
