@@ -20,6 +20,12 @@ events show the conversation id and the service apart (``split_session_key``).
                         ("loop:repeated_across_turns"); applied as ``passed`` is
     since, until        the session's last turn's evaluation time, Unix seconds or RFC 3339;
                         since <= t < until
+    counted_since, counted_until
+                        the window the session metrics count the session in (completions,
+                        session findings: ``sessions.idle_timeout_s`` after its last turn),
+                        as the alert's and the dashboard's links give it: the last turn's
+                        evaluation time plus the idle timeout, since <= t + idle < until
+                        (``SessionQuery.counted``, applied by the reader, which knows it)
     limit               1..200, default 20
     cursor              ``next_cursor`` of the previous page
 
@@ -32,7 +38,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from otel_eval.base.configcheck import is_ascii_digits
@@ -45,7 +51,7 @@ from otel_eval.store.query import (
 )
 
 __all__ = ["MAX_SESSION_LIMIT", "AmbiguousSession", "SessionCursor", "SessionQuery", "StoredTurns",
-           "session_key", "session_list_sql", "session_service", "split_session_key",
+           "counted", "session_key", "session_list_sql", "session_service", "split_session_key",
            "turns_sql"]
 
 MAX_SESSION_LIMIT = 200  # sessions per page (each is read and evaluated: its turns' bodies)
@@ -109,7 +115,8 @@ class AmbiguousSession(LookupError):
         self.session_id = session_id
         self.services = services
 _TEXT = ("service", "agent")
-PARAMETERS = (*_TEXT, "passed", "detector", "since", "until", "limit", "cursor")
+PARAMETERS = (*_TEXT, "passed", "detector", "since", "until", "counted_since",
+              "counted_until", "limit", "cursor")
 MAX_DETECTOR_CHARS = 129  # "detector:kind", each at most 64 (the metrics' label bound)
 
 
@@ -151,6 +158,10 @@ class SessionQuery:
     # The last turn's evaluation time bounds, Unix nanoseconds: since <= t < until.
     since_ns: int | None = None
     until_ns: int | None = None
+    # The same shifted by the idle timeout, Unix nanoseconds: the window the session metrics
+    # counted the session in (``counted``: since <= t + idle < until).
+    counted_since_ns: int | None = None
+    counted_until_ns: int | None = None
     # Page size, 1..200.
     limit: int = 20
     # Position after the previous page's last session; None = the newest.
@@ -180,7 +191,7 @@ class SessionQuery:
                 raise QueryError("detector", f"at most {MAX_DETECTOR_CHARS} characters "
                                  "(detector or detector:kind)")
             kwargs["detector"] = values["detector"]
-        for name in ("since", "until"):
+        for name in ("since", "until", "counted_since", "counted_until"):
             if name in values:
                 kwargs[f"{name}_ns"] = parse_time(name, values[name])
         if "limit" in values:
@@ -190,6 +201,22 @@ class SessionQuery:
         if values.get("cursor"):
             kwargs["cursor"] = SessionCursor.decode(values["cursor"])
         return cls(**kwargs)
+
+
+def counted(q: SessionQuery, idle_timeout_s: float) -> SessionQuery:
+    """``q`` with its counted window as last-turn bounds: a session is counted (completed,
+    its findings) ``idle_timeout_s`` after its last turn, so a metric's window of
+    completions is that window of last turns shifted back by it."""
+    idle_ns = round(idle_timeout_s * 1e9)
+    since, until = q.since_ns, q.until_ns
+    if q.counted_since_ns is not None:
+        shifted = q.counted_since_ns - idle_ns
+        since = shifted if since is None else max(since, shifted)
+    if q.counted_until_ns is not None:
+        shifted = q.counted_until_ns - idle_ns
+        until = shifted if until is None else min(until, shifted)
+    return replace(q, since_ns=since, until_ns=until, counted_since_ns=None,
+                   counted_until_ns=None)
 
 
 def session_list_sql(q: SessionQuery, mark: str, after: SessionCursor | None,

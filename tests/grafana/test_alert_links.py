@@ -226,7 +226,9 @@ def test_the_session_loop_alert_links_the_conversations_its_metric_counts(
     assert looping == {"looping"}
     rules = {r["alert"]: r for r in alert_rules() if "alert" in r}
     template = rules["OtelEvalSessionLoopsRepeated"]["annotations"]["otel_eval_url"]
-    params = _link(template, {"service": "desk", "agent": "concierge"})
+    # counted at completion, sessions.idle_timeout_s after the last turn (10**9 s)
+    params = _link(template, {"service": "desk", "agent": "concierge"},
+                   now_s=10**9 + 1800 + 60)
     listed = {r["session_id"] for r in reader.page(SessionQuery.from_params(
         {**params, "limit": ["10"]}))["sessions"]}
     assert listed == looping
@@ -254,7 +256,9 @@ def test_a_session_findings_series_links_the_conversations_with_that_finding(
             counted = {r["session_id"] for r in records
                        if any(f["detector"] == found.group(1) for f in r["findings"])}
             for template in _panel_links(panel, target["refId"]):
-                url = template.replace("${otel_eval_url}", "")
+                url = template.replace("${otel_eval_url}", "").replace(
+                    "${__from:date:seconds}", "0").replace(
+                    "${__to:date:seconds}", str(2 * 10**9))
                 url = re.sub(r"\$\{__field\.labels\.(\w+):percentencode\}",
                              lambda m: {"service": "desk", "agent": "concierge"}[m.group(1)],
                              url)
@@ -265,3 +269,84 @@ def test_a_session_findings_series_links_the_conversations_with_that_finding(
                 checked += 1
     assert checked >= 2
     store.close()
+
+
+def _conversation(n: int, last_s: int) -> list[Evaluation]:
+    """Conversation ``c{n}``: the same call in 3 turns (a session loop), its last turn
+    evaluated at ``last_s``."""
+    out = []
+    for k in range(3):
+        i = 100 * (n + 1) + k
+        steps = [Step(0, f"{i:016x}", None, "tool", "search", tool_name="search",
+                      arguments={"q": "flights"})]
+        traj = Trajectory(f"{i:032x}", "otlp", "complete", steps, service="desk",
+                          agent="concierge", start_ns=(last_s - 2 + k) * 10**9,
+                          session_id=f"c{n}")
+        out.append(Evaluation(traj, [], Verdict(True, []),
+                              evaluated_at_ns=(last_s - 2 + k) * 10**9))
+    return out
+
+
+def _counted_in(start_s: int, end_s: int, idle_s: int, tmp_path: Path) -> SessionReader:
+    """A store of conversations whose last turns are just before and just inside the
+    window ``[start_s, end_s)`` of completions, ``idle_s`` after each last turn: c1 and c2
+    are completed (counted) in it, c0 before it, c3 at its end."""
+    store = Store(str(tmp_path / "s.db"))
+    for n, last_s in enumerate((start_s - idle_s - 1, start_s - idle_s, end_s - idle_s - 1,
+                                end_s - idle_s)):
+        store.put_many(_conversation(n, last_s))
+    return SessionReader(store, SessionsConfig(idle_timeout_s=idle_s))
+
+
+def test_the_session_alert_link_opens_the_conversations_its_window_counts(
+        tmp_path: Path) -> None:
+    """OtelEvalSessionLoopsRepeated counts session loop findings made over the hour up to
+    the evaluation that fired it, each when its session completed, sessions.idle_timeout_s
+    after its last turn: its link lists the conversations completed in that hour
+    (``counted_since``, ``counted_until``: the last turn shifted by the idle timeout, which
+    otel-eval knows and the rule does not). Before, it carried no window, as the run alerts
+    before theirs: the list began with the agent's newest conversations, open ones among
+    them, and those that fired it were further down or on a later page."""
+    now_s, idle_s = 1_800_000_000, 600
+    reader = _counted_in(now_s - 3600, now_s, idle_s, tmp_path)
+    rules = {r["alert"]: r for r in alert_rules() if "alert" in r}
+    template = rules["OtelEvalSessionLoopsRepeated"]["annotations"]["otel_eval_url"]
+    params = _link(template, {"service": "desk", "agent": "concierge"}, now_s=now_s)
+    assert (params.get("counted_since"), params.get("counted_until")) == (
+        [str(now_s - 3600)], [str(now_s)])
+    listed = {r["session_id"] for r in reader.page(SessionQuery.from_params(
+        {**params, "limit": ["10"]}))["sessions"]}
+    assert listed == {"c1", "c2"}
+    reader.store.close()
+
+
+def test_a_session_panel_series_links_the_conversations_the_range_counts(
+        tmp_path: Path) -> None:
+    """A Conversations panel's series (failure rate, session loop and non-termination rate)
+    counts sessions as they complete, the idle timeout after their last turn: its link
+    lists those completed in the dashboard's range (``counted_since``, ``counted_until``
+    from Grafana's ``${__from:date:seconds}``, ``${__to:date:seconds}``). Before, it
+    carried no window: a spike clicked on yesterday's graph opened today's conversations."""
+    start_s, end_s, idle_s = 1_800_000_000, 1_800_021_600, 1800
+    reader = _counted_in(start_s, end_s, idle_s, tmp_path)
+    checked = 0
+    for panel in panels():
+        for target in panel["targets"]:
+            for template in _panel_links(panel, target["refId"]):
+                if not template.startswith("${otel_eval_url}/ui/sessions?"):
+                    continue
+                url = template.replace("${__from:date:seconds}", str(start_s)).replace(
+                    "${__to:date:seconds}", str(end_s)).replace("${otel_eval_url}", "")
+                url = re.sub(r"\$\{__field\.labels\.(\w+):percentencode\}",
+                             lambda m: {"service": "desk", "agent": "concierge"}[m.group(1)],
+                             url)
+                params = parse_qs(urlsplit(url).query, keep_blank_values=True)
+                assert (params.get("counted_since"), params.get("counted_until")) == (
+                    [str(start_s)], [str(end_s)]), (panel["title"], template)
+                window = {k: v for k, v in params.items() if k not in ("passed", "detector")}
+                listed = {r["session_id"] for r in reader.page(SessionQuery.from_params(
+                    {**window, "limit": ["10"]}))["sessions"]}
+                assert listed == {"c1", "c2"}, (panel["title"], template)
+                checked += 1
+    assert checked >= 3
+    reader.store.close()
