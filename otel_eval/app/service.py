@@ -258,7 +258,9 @@ class Service:
         spec = WorkerSpec(EvaluatorSections.of(self.config), self.config.store.target,
                           self.options.references_path, lean=lean,
                           log_level=logging.getLogger().getEffectiveLevel(),
-                          store_session=self.config.store.session)
+                          store_session=self.config.store.session,
+                          model=(self.evaluator.predictor.model
+                                 if self.evaluator.predictor is not None else None))
         evaluator, store = self.evaluator, self.store
         return WorkerPool(n, spec, self.metrics.workers,
                           lambda traces, e, since: store_given_up(evaluator, store,

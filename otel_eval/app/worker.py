@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_eval.base.model import LogEvent, Span, SpanEvent, Trace
 from otel_eval.base.printable import configure_logging
@@ -50,6 +50,9 @@ from otel_eval.evaluate.config import EvaluatorSettings, TrajectoryConfig
 from otel_eval.evaluate.detectors.config import DetectorsConfig
 from otel_eval.evaluate.predict.config import PredictionConfig
 from otel_eval.store.base import SessionLimits
+
+if TYPE_CHECKING:
+    from otel_eval.evaluate.predict import Model
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +90,10 @@ class WorkerSpec:
     hang_span_name: str | None = None
     # the limits of its store session (PostgreSQL statement_timeout, lock_timeout)
     store_session: SessionLimits = field(default_factory=SessionLimits)
+    # the success model the serving process loaded (None: no prediction), handed over as it
+    # is: a worker started later (a restart after a crash) predicts with it, never with what
+    # prediction.model_path holds by then (a model retrained in place since serve started)
+    model: Model | None = None
 
 
 def _by_constructor(cls: type) -> Callable[[Any], tuple[type, tuple[Any, ...]]]:
@@ -154,7 +161,8 @@ def run(conn: Connection, spec: WorkerSpec, index: int) -> None:
     try:
         from otel_eval.evaluate.evaluator import Evaluator
         from otel_eval.store import open_store
-        evaluator = Evaluator(spec.config, references_path=spec.references_path)
+        evaluator = Evaluator(spec.config, references_path=spec.references_path,
+                              model=spec.model)
         store = open_store(spec.store_target, spec.store_session)
     except Exception as e:  # said to the pool, which reports it and does not use us
         conn.send(("error", f"{type(e).__name__}: {e}"))

@@ -26,7 +26,7 @@ from otel_eval.evaluate.trajectory.build import bare_trajectory
 
 if TYPE_CHECKING:
     from otel_eval.evaluate.config import EvaluatorSettings
-    from otel_eval.evaluate.predict import Predictor
+    from otel_eval.evaluate.predict import Model, Predictor
 
 log = logging.getLogger(__name__)
 _SUCCESS = {"success", "succeeded", "pass", "passed", "true", "1", "1.0", "ok", "resolved"}
@@ -52,12 +52,16 @@ def normalize_outcome(value: object) -> str | None:
     return None
 
 
-def _predictor(config: EvaluatorSettings) -> Predictor | None:
-    """The success predictor when ``prediction.model_path`` is set; a file that cannot be
-    used is a ``ConfigError`` (at startup, never per trace)."""
+def _predictor(config: EvaluatorSettings, model: Model | None = None) -> Predictor | None:
+    """The success predictor when ``prediction.model_path`` is set: of ``model`` when given
+    (the one the serving process loaded, handed to its workers), else of the file; a file
+    that cannot be used is a ``ConfigError`` (at startup, never per trace)."""
     if not config.prediction.enabled:
         return None
     from otel_eval.evaluate.predict import ModelFileError, Predictor
+
+    if model is not None:
+        return Predictor(model)
 
     try:
         return Predictor.from_file(config.prediction.model_file)
@@ -67,12 +71,13 @@ def _predictor(config: EvaluatorSettings) -> Predictor | None:
 
 class Evaluator:
     def __init__(self, config: EvaluatorSettings, *, references_path: str | None = None,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time,
+                 model: Model | None = None) -> None:
         self.config = config
         refs = load_references(references_path) if references_path else None  # else config's
         self.detectors = Detectors(config.detectors, refs)
         self._wall_clock = wall_clock
-        self.predictor = _predictor(config)
+        self.predictor = _predictor(config, model)
 
     def trajectory(self, trace: Trace) -> Trajectory:
         return build_trajectory(trace, self.config.trajectory)

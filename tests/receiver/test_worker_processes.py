@@ -1003,3 +1003,33 @@ def test_a_trace_its_worker_stored_before_dying_each_time_keeps_its_evaluation(
                             reason="WorkerLost")
         assert h.sample("otel_eval_evaluation_skipped_total", reason="already_evaluated") == 1
         assert h.sample("otel_eval_workers_restarts_total", worker="0") == 1
+
+
+def test_a_restarted_worker_predicts_with_the_model_serve_started_with(tmp_path: Path) -> None:
+    """A team retraining in place (``otel-eval train --out`` the file serve reads): a worker
+    restarted after it (a crash, an OOM kill) loaded the new file, so it predicted with the
+    new model under its label while the other worker and the serving process (feedback, the
+    rolling AUC) went on with the old one. Every process of one serve predicts with the
+    model it started with: the workers get the serving process's model, not its path."""
+    from otel_eval.evaluate.predict.config import DEFAULT_MODEL_FILE
+    from otel_eval.evaluate.predict.modelfile import write_model
+
+    doc = json.loads(DEFAULT_MODEL_FILE.read_text())
+    path = tmp_path / "mine.model.json"
+    started = write_model(doc, path).label
+    ids = _ids(per_worker=1)
+    with running_service(tmp_path, **WORKERS, **{"prediction.model_path": str(path)}) as h:
+        pool = _pool(h)
+        retrained = write_model({**doc, "intercept": doc["intercept"] + 1.0}, path).label
+        assert retrained != started
+        victim = pool.pids()[0]
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        poll(lambda: pool.pids()[0] not in (None, victim) and pool.healthy,
+             "worker 0 to be restarted")
+        for tid in ids[0] + ids[1]:
+            assert _send(h, _trace(tid)) is None
+        _release(h)
+        poll(lambda: h.svc.engine.pending_spans() == 0, "both traces to be stored")
+        stored = _stored(h)
+        assert {b["prediction"]["model"] for b in stored.values()} == {started}
