@@ -9,6 +9,7 @@ in a trace of its own) gets no evaluation (None): callers count it as skipped (`
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -67,6 +68,28 @@ def _predictor(config: EvaluatorSettings, model: Model | None = None) -> Predict
         return Predictor.from_file(config.prediction.model_file)
     except ModelFileError as e:
         raise ConfigError([f"prediction.model_path: {e}"]) from None
+
+
+_MORE_REASONS = re.compile(r"\((\d+) more reasons\)")
+
+
+def _unseen_reasons(body: dict[str, Any]) -> list[str]:
+    """The reasons of the stored verdict that come from error findings its result was cut of
+    (``bounds``: the last findings go, counted as ``findings_dropped`` by the
+    ``result_truncated`` finding): they cannot be re-judged, so they stay reasons. The stored
+    findings kept are the first ones, so their errors are the verdict's first reasons; the
+    reasons may be cut too, ending with "(N more reasons)"."""
+    cut = next((f.get("attributes") or {} for f in body.get("findings", [])
+                if f.get("kind") == "result_truncated"), {})
+    if not cut.get("findings_dropped"):
+        return []
+    seen = sum(f.get("severity") == "error" for f in body.get("findings", []))
+    reasons = [r for r in (body.get("verdict") or {}).get("reasons") or []
+               if isinstance(r, str)]
+    more = _MORE_REASONS.fullmatch(reasons[-1]) if reasons else None
+    listed = reasons[:-1] if more else reasons
+    hidden = (int(more.group(1)) if more else 0) - max(0, seen - len(listed))
+    return listed[seen:] + ([f"({hidden} more reasons)"] if hidden > 0 else [])
 
 
 class Evaluator:
@@ -148,6 +171,8 @@ class Evaluator:
         old = body.get("verdict") or {}
         extra = {k: v for k, v in old.items() if k not in ("passed", "reasons", "outcome")}
         verdict = verdict_of(findings, outcome, extra)
+        verdict.reasons += _unseen_reasons(body)
+        verdict.passed = not verdict.reasons
         return {**body, "findings": [f.to_json() for f in findings],
                 "verdict": verdict.to_json()}
 

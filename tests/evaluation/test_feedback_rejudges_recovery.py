@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from otel_eval.app.config import Config
+from otel_eval.app.config import Config, replace
 from otel_eval.base.model import Span, Trace
 from otel_eval.evaluate.evaluator import Evaluator
 
@@ -50,3 +50,46 @@ def test_feedback_judges_as_evaluating_with_the_outcome(first: str | None,
     assert again is not None
     assert _judged(relabelled) == _judged(again.to_json())
     assert relabelled["verdict"]["outcome"] == later
+
+
+def _huge_trace(pairs: int) -> Trace:
+    """``pairs`` tool calls that failed, each followed by one that succeeded (``recovered``,
+    info), then a last call that failed with nothing after it (``gave_up``, an error): the
+    error is the last finding, the first one a cut of the stored result drops."""
+    spans = [Span(TRACE, f"{1:016x}", None, "invoke_agent", 1, 10**9,
+                  attributes={"gen_ai.operation.name": "invoke_agent",
+                              "gen_ai.agent.name": "a"})]
+
+    def tool(k: int, name: str, failed: bool) -> Span:
+        return Span(TRACE, f"{k + 2:016x}", f"{1:016x}", f"execute_tool {name}", 10 + 2 * k,
+                    11 + 2 * k, status="error" if failed else "unset",
+                    status_message="E" * 280 if failed else "",
+                    attributes={"gen_ai.operation.name": "execute_tool",
+                                "gen_ai.tool.name": name})
+    for i in range(pairs):
+        spans += [tool(2 * i, f"fails_{i}_" + "T" * 40, True),
+                  tool(2 * i + 1, f"works_{i}_" + "T" * 40, False)]
+    spans.append(tool(2 * pairs, "last", True))
+    return Trace(TRACE, spans, "complete")
+
+
+def test_feedback_keeps_the_errors_the_stored_result_was_cut_of() -> None:
+    """A huge run's stored result is cut to ``max_result_bytes``: its last findings go
+    (``result_truncated`` counts them), its verdict stays. Feedback re-judged the verdict
+    from the stored findings alone, so a run failed by an error among those cut passed once
+    an outcome was recorded (even a failure). The errors it cannot see stay reasons."""
+    evaluator = Evaluator(replace(Config(), **{"trajectory.max_result_bytes": 64 * 1024}))
+    evaluation = evaluator.evaluate(_huge_trace(300))
+    assert evaluation is not None and evaluation.bounded is not None
+    body = evaluation.bounded
+    (cut,) = [f for f in body["findings"] if f["kind"] == "result_truncated"]
+    assert cut["attributes"]["findings_dropped"] > 0
+    assert not any(f["severity"] == "error" for f in body["findings"])  # gave_up was cut
+    assert body["verdict"]["passed"] is False
+    for outcome in ("failure", "success"):
+        relabelled = evaluator.with_outcome(body, outcome)
+        assert relabelled["verdict"]["passed"] is False, outcome
+        assert relabelled["verdict"]["reasons"] == body["verdict"]["reasons"]
+        assert relabelled["verdict"]["outcome"] == outcome
+        # recorded twice: the same verdict
+        assert evaluator.with_outcome(relabelled, outcome)["verdict"] == relabelled["verdict"]
