@@ -196,5 +196,6 @@ def build(config: JudgeConfig, deps: Deps, p_success: float = 0.5
     most once per ``refresh_s`` by the agreement gauges (``metrics.calibration``), which
     serve the same report on scrapes; the answer capped (``capped``)."""
     gauges = deps.metrics.calibration
-    gauges.serve_from(lambda: report(deps.store, config, p_success=p_success))
+    gauges.serve_from(lambda: report(deps.store, config, p_success=p_success),
+                      deps.store.feedback_version)  # an outcome another process recorded
     return lambda: capped(gauges.report())

@@ -224,6 +224,12 @@ class EvaluationStore(Protocol):
         the engine reads them for every batch it evaluates)."""
         ...
 
+    def feedback_version(self) -> tuple[int, ...]:
+        """A value that changes whenever an outcome is recorded, changed or deleted, by any
+        process on the store (``filters.FEEDBACK_VERSION``: the rows, the newest time, a sum
+        of the times): the calibration report is kept while it stays the same."""
+        ...
+
     def labelled(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
         """(outcome, the parts of the stored evaluation calibration reads) of the ``limit``
         traces whose outcome was recorded last (``POST /v1/feedback``), newest first: what

@@ -185,6 +185,17 @@ LABELLED_POSTGRESQL = (
     "ORDER BY r.received_at_ns DESC")
 
 
+# What changes when a feedback row is inserted, replaced (a new time) or deleted: the rows, the
+# newest time and a sum of the times (modulo a prime: no overflow in SQLite's 64-bit sum).
+# Same text in SQLite and PostgreSQL.
+FEEDBACK_VERSION = ("SELECT COUNT(*), COALESCE(MAX(received_at_ns), 0), "
+                    "COALESCE(SUM(received_at_ns % 1000000007), 0) FROM feedback")
+
+
+def feedback_version(row: Sequence[Any] | None) -> tuple[int, ...]:
+    return tuple(int(v) for v in row) if row is not None else ()
+
+
 def labelled_run(row: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     """(outcome, the parts of the body calibration reads) of a ``LABELLED_*`` row: service,
     agent, ``judge.judges.<name>.scores`` and ``prediction.p_success``, shaped as in the body."""

@@ -263,6 +263,11 @@ class PostgresStore(KeptSessions):
         ).fetchall())
         return {str(r[0]): str(r[1]) for r in rows}
 
+    def feedback_version(self) -> tuple[int, ...]:
+        # no parameters: its % is the modulo, not a placeholder
+        return filters.feedback_version(self._run(
+            lambda conn: conn.execute(filters.FEEDBACK_VERSION).fetchone()))
+
     def labelled(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
         return [filters.labelled_run(r) for r in self._rows(filters.LABELLED_POSTGRESQL,
                                                             (limit,))]

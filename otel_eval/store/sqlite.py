@@ -383,6 +383,10 @@ class SqliteStore(KeptSessions):
     def feedback_many(self, trace_ids: Collection[str]) -> dict[str, str]:
         return self._by_trace_ids("SELECT trace_id, outcome FROM feedback WHERE", trace_ids)
 
+    def feedback_version(self) -> tuple[int, ...]:
+        with self._scan(filters.FEEDBACK_VERSION, ()) as rows:
+            return filters.feedback_version(rows.fetchone())
+
     def labelled(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
         with self._scan(filters.LABELLED_SQLITE, (limit,)) as rows:  # a reader: no writer waits
             return [filters.labelled_run(r) for r in rows]

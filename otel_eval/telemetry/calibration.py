@@ -1,7 +1,7 @@
 """Self-metrics of the judge checked against people (``evaluate.calibration``).
 
     GET /v1/calibration or a scrape, once the last report is older than ``refresh_s`` or an
-    outcome was recorded since
+    outcome was recorded since (by any process on the store: its feedback version changed)
       -> the report (served to both) -> its rows (service, agent, score) -> gauges
 
 Metrics (a ``Collector`` declared through the ``Declarer`` ``Metrics`` hands this subsystem;
@@ -19,7 +19,8 @@ up. Nor does it merge: rows whose labels coincide (names cut to 128 characters; 
 "unknown") are left out too. Service and agent ``*`` is every agent's runs together. A figure
 that cannot be computed (one outcome only) has no sample. The report is computed by the
 source the service gives (a store query of the labelled runs), at most once per ``refresh_s``
-(and again after an outcome is recorded) for scrapes and ``GET /v1/calibration`` alike: never
+(and again after an outcome is recorded, by this process or, read from the store's feedback
+version, any other on the store: a fleet) for scrapes and ``GET /v1/calibration`` alike: never
 on the engine's path. Thread-safe.
 """
 
@@ -80,6 +81,8 @@ class CalibrationMetrics:
         self._cap = cap
         self._refresh_s, self._clock = refresh_s, clock
         self._source: Callable[[], dict[str, Any]] | None = None
+        self._version: Callable[[], object] | None = None
+        self._report_version: object = None  # the store's feedback version the report read
         self._report: dict[str, Any] = {}
         self._at: float | None = None
         self._recorded = 0  # outcomes recorded: a report begun before one is stale at once
@@ -89,9 +92,13 @@ class CalibrationMetrics:
         self._computing = threading.Lock()
         d.collector(_AgreementCollector(self))
 
-    def serve_from(self, source: Callable[[], dict[str, Any]]) -> None:
-        """The report's source (``evaluate.calibration.report`` over the service's store)."""
-        self._source = source
+    def serve_from(self, source: Callable[[], dict[str, Any]],
+                   version: Callable[[], object] | None = None) -> None:
+        """The report's source (``evaluate.calibration.report`` over the service's store)
+        and, for a store other processes write too, what changes when any of them records an
+        outcome (``EvaluationStore.feedback_version``): a report is kept only while it
+        stays the same."""
+        self._source, self._version = source, version
 
     def calibrated(self, report: dict[str, Any]) -> None:
         """A report just computed."""
@@ -110,16 +117,33 @@ class CalibrationMetrics:
         what the source raises; the next call tries again)."""
         with self._computing:
             with self._lock:
-                if self._fresh():
+                fresh = self._fresh()
+            # read before the report: an outcome recorded between the two is counted in it
+            # or makes the next read compute it again, never lost
+            version = self._versioned(fresh)
+            with self._lock:
+                if fresh and version == self._report_version:
                     return self._report
                 recorded = self._recorded
             if self._source is None:
                 raise RuntimeError("calibration has no source")
             found = self._source()
             with self._lock:  # an outcome recorded meanwhile may be missing from it
-                self._report = found
+                self._report, self._report_version = found, version
                 self._at = self._clock() if self._recorded == recorded else None
             return found
+
+    def _versioned(self, fresh: bool) -> object:
+        """The store's feedback version (None: no version source); when it cannot be read
+        (the store down), a fresh report's own: it is kept, as it was before versions."""
+        if self._version is None:
+            return None
+        try:
+            return self._version()
+        except Exception:
+            log.warning("the store's feedback version not read", exc_info=True)
+            with self._lock:
+                return self._report_version if fresh else None
 
     def _fresh(self) -> bool:  # self._lock held
         return self._at is not None and self._clock() - self._at < self._refresh_s

@@ -291,6 +291,9 @@ def test_get_v1_calibration_is_computed_once_per_refresh_and_capped(store: Any) 
             reads.append(now[0])
             return store.labelled(limit)
 
+        def feedback_version(self) -> tuple[int, ...]:
+            return tuple(store.feedback_version())
+
     d = Declarer(CollectorRegistry())
     gauges = CalibrationMetrics(d, SeriesCap(d, 250, 10_000), refresh_s=300,
                                 clock=lambda: now[0])

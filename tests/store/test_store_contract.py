@@ -1301,3 +1301,39 @@ def test_the_issues_catalogue_session_carries_the_store_s_limits(postgresql_url:
     finally:
         job.close(5.0)
         store.close()
+
+
+def test_an_outcome_recorded_by_another_process_refreshes_the_calibration_report(
+        stores: Open) -> None:
+    """A fleet (several processes or replicas on one store): recording an outcome made the
+    cached calibration report stale only in the process that took it; the others served the
+    report without it for up to 5 minutes (guide.md: computed again after an outcome is
+    recorded). The report is kept only while the store's feedback is unchanged."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from otel_eval.evaluate.calibration import build
+    from otel_eval.evaluate.judge.config import JudgeConfig
+    from otel_eval.outputs.deps import Deps
+    from otel_eval.telemetry.calibration import CalibrationMetrics
+    from otel_eval.telemetry.declare import Declarer
+    from otel_eval.telemetry.labels import SeriesCap
+
+    taking, other = stores(), stores()
+    stored = [_ev(1), _ev(2)]
+    for ev in stored:
+        ev.prediction = {"p_success": 0.5, "model": "m"}
+    taking.put_many(stored)
+    d = Declarer(CollectorRegistry())
+    gauges = CalibrationMetrics(d, SeriesCap(d, 250, 10_000), clock=lambda: 0.0)
+    served = build(JudgeConfig(), cast(Deps, SimpleNamespace(
+        metrics=SimpleNamespace(calibration=gauges), store=other)))
+    assert served()["labelled_runs"] == 0
+    feedback = Feedback(taking, Evaluator(Config()), Metrics(CollectorRegistry()).prediction)
+    assert feedback.record(stored[0].trace_id, "success") is not None
+    assert served()["labelled_runs"] == 1
+    assert served()["labelled_runs"] == 1
+    feedback.record(stored[0].trace_id, "failure")  # the same run, another outcome
+    assert [g["failures"] for g in served()["groups"] if g["agent"] == "*"] == [1]
+    taking.put_feedback(stored[1].trace_id, "success", T0)  # an older time than the last
+    assert served()["labelled_runs"] == 2
