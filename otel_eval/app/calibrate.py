@@ -36,7 +36,8 @@ def cmd_calibrate(args: argparse.Namespace, cfg: Config, out: TextIO) -> int:
               file=sys.stderr)
         return 1
     try:
-        found = report(store, cfg.judge, args.limit, cfg.prediction.pass_threshold)
+        found = report(store, cfg.judge, args.limit, cfg.prediction.pass_threshold,
+                       _serving(cfg))
     finally:
         store.close()
     if args.format == "json":
@@ -44,6 +45,19 @@ def cmd_calibrate(args: argparse.Namespace, cfg: Config, out: TextIO) -> int:
     else:
         print_table(found, out)
     return 0
+
+
+def _serving(cfg: Config) -> str | None:
+    """The label of the model ``serve`` predicts with under this config (its p_success rows
+    come first); None when prediction is off or its file cannot be read (``serve`` would not
+    start with it)."""
+    if not cfg.prediction.enabled:
+        return None
+    from otel_eval.evaluate.predict import ModelFileError, load_model
+    try:
+        return load_model(cfg.prediction.model_file).label
+    except ModelFileError:
+        return None
 
 
 def _interval(value: float | None, ci: list[float] | None) -> str:
@@ -57,11 +71,12 @@ def print_table(found: dict[str, Any], out: TextIO) -> None:
         out.write(f"no labelled run with a judge score or p_success "
                   f"({found['labelled_runs']} outcomes recorded through POST /v1/feedback)\n")
         return
-    out.write("service  agent  score  runs  successes  failures  threshold  "
+    out.write("service  agent  score  model  runs  successes  failures  threshold  "
               "AUC [95% CI]  kappa [95% CI]\n")
     for g in found["groups"]:  # service, agent: span content, escaped as ``show`` does
+        model = g.get("model")
         out.write(f"{printable(g['service'] or '-')}  {printable(g['agent'] or '-')}  "
-                  f"{printable(str(g['score']))}  {g['runs']}  "
+                  f"{printable(str(g['score']))}  {printable(model or '-')}  {g['runs']}  "
                   f"{g['successes']}  {g['failures']}  {g['threshold']}  "
                   f"{_interval(g['auc'], g['auc_ci95'])}  "
                   f"{_interval(g['kappa'], g['kappa_ci95'])}\n")

@@ -183,8 +183,10 @@ class Service:
         self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction,
                                   recorded=self.metrics.calibration.outcome_recorded)
         # GET /v1/calibration, and the agreement gauges' source (refreshed on scrape)
-        self.calibration = calibration.build(config.judge, deps,
-                                             config.prediction.pass_threshold)
+        predictor = self.evaluator.predictor
+        self.calibration = calibration.build(
+            config.judge, deps, config.prediction.pass_threshold,
+            predictor.model.label if predictor is not None else None)
         front = self.kafka.submitter if self.kafka is not None else None
         ingest = Ingest(front if front is not None else self.engine, self.metrics,
                         every_log_record=front is not None)

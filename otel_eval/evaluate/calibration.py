@@ -5,7 +5,8 @@ score and the predictor's ``p_success`` agree with the outcomes users recorded.
       -> per (service, agent, score) and per score over every agent:
          AUC (ties half) with its 95 % score interval (Hanley-McNeil variance),
          Cohen's kappa of "score >= pass threshold" against the outcome, with its 95 % interval
-         (Wilson's on the observed agreement)
+         (Wilson's on the observed agreement); p_success per model label (the serving
+         model's first): a model swap leaves the old model's runs in the store
 
 Plain Python (``otel-eval calibrate`` and ``GET /v1/calibration`` run it at serve time; the
 service computes it at most once per ``refresh_s``, shared by the API and the gauges, and
@@ -49,6 +50,12 @@ class Thresholds:
         if score == P_SUCCESS:
             return self.p_success
         return self.tau_process if score in _PROCESS_SCORES else self.tau_task
+
+
+def model_of(body: dict[str, Any]) -> str:
+    """The label of the model that made the stored ``p_success`` ("" when not recorded)."""
+    model = (body.get("prediction") or {}).get("model")
+    return model if isinstance(model, str) else ""
 
 
 def scores_of(body: dict[str, Any]) -> dict[str, float]:
@@ -135,11 +142,14 @@ def agreement(scores: list[float], successes: list[bool], threshold: float
 
 
 def calibrate(labelled: Iterable[tuple[str, dict[str, Any]]],
-              thresholds: Thresholds = Thresholds()) -> dict[str, Any]:
+              thresholds: Thresholds = Thresholds(), serving: str | None = None
+              ) -> dict[str, Any]:
     """The agreement of every score with the recorded outcomes, per (service, agent, score)
-    and per score over all agents (service and agent ``"*"``); rows sorted."""
-    groups: dict[tuple[str, str, str], tuple[list[float], list[bool]]] = defaultdict(
-        lambda: ([], []))
+    and per score over all agents (service and agent ``"*"``); ``p_success`` per model too
+    (``model``: the label its runs were predicted by, None for a judge score; two models'
+    predictions are not one score), the ``serving`` model's first; rows sorted."""
+    groups: dict[tuple[str, str, str, str | None], tuple[list[float], list[bool]]] = \
+        defaultdict(lambda: ([], []))
     runs = 0
     for outcome, body in labelled:
         if outcome not in ("success", "failure"):
@@ -147,18 +157,23 @@ def calibrate(labelled: Iterable[tuple[str, dict[str, Any]]],
         runs += 1
         who = (str(body.get("service") or ""), str(body.get("agent") or ""))
         for name, value in scores_of(body).items():
+            model = model_of(body) if name == P_SUCCESS else None
             # once each: a run of service "*" and agent "*" is in every agent's row only
             for service, agent in dict.fromkeys((who, (ALL_AGENTS, ALL_AGENTS))):
-                scores, labels = groups[(service, agent, name)]
+                scores, labels = groups[(service, agent, name, model)]
                 scores.append(value)
                 labels.append(outcome == "success")
-    rows = [{"service": service, "agent": agent, "score": name,
+
+    def order(key: tuple[str, str, str, str | None]) -> tuple[Any, ...]:
+        return (*key[:3], key[3] != serving, key[3] or "")
+    rows = [{"service": service, "agent": agent, "score": name, "model": model,
              **agreement(scores, labels, thresholds.of(name))}
-            for (service, agent, name), (scores, labels) in sorted(groups.items())]
+            for (service, agent, name, model), (scores, labels)
+            in sorted(groups.items(), key=lambda kv: order(kv[0]))]
     return {"labelled_runs": runs, "thresholds": {"tau_task": thresholds.tau_task,
                                                   "tau_process": thresholds.tau_process,
                                                   P_SUCCESS: thresholds.p_success},
-            "groups": rows}
+            "serving_model": serving, "groups": rows}
 
 
 # Labelled runs read at most (the newest outcomes recorded).
@@ -169,11 +184,11 @@ MAX_GROUPS = 2_000
 
 
 def report(store: EvaluationStore, judge: JudgeConfig, limit: int = MAX_LABELLED_RUNS,
-           p_success: float = 0.5) -> dict[str, Any]:
+           p_success: float = 0.5, serving: str | None = None) -> dict[str, Any]:
     """``calibrate`` over the store's labelled runs, at the judge's pass thresholds and the
-    predictor's (``prediction.pass_threshold``)."""
+    predictor's (``prediction.pass_threshold``), the ``serving`` model's rows first."""
     return calibrate(store.labelled(limit),
-                     Thresholds(judge.tau_task, judge.tau_process, p_success))
+                     Thresholds(judge.tau_task, judge.tau_process, p_success), serving)
 
 
 def capped(found: dict[str, Any], max_groups: int = MAX_GROUPS) -> dict[str, Any]:
@@ -190,12 +205,14 @@ def capped(found: dict[str, Any], max_groups: int = MAX_GROUPS) -> dict[str, Any
             "groups_left_out": len(rows) - len(kept)}
 
 
-def build(config: JudgeConfig, deps: Deps, p_success: float = 0.5
-          ) -> Callable[[], dict[str, Any]]:
+def build(config: JudgeConfig, deps: Deps, p_success: float = 0.5,
+          serving: str | None = None) -> Callable[[], dict[str, Any]]:
     """``GET /v1/calibration`` of ``serve``: ``report`` over the service's store, computed at
     most once per ``refresh_s`` by the agreement gauges (``metrics.calibration``), which
-    serve the same report on scrapes; the answer capped (``capped``)."""
+    serve the same report on scrapes (``p_success``: the ``serving`` model's rows); the
+    answer capped (``capped``)."""
     gauges = deps.metrics.calibration
-    gauges.serve_from(lambda: report(deps.store, config, p_success=p_success),
+    gauges.serve_from(lambda: report(deps.store, config, p_success=p_success,
+                                     serving=serving),
                       deps.store.feedback_version)  # an outcome another process recorded
     return lambda: capped(gauges.report())

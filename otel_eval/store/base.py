@@ -235,8 +235,8 @@ class EvaluationStore(Protocol):
         traces whose outcome was recorded last (``POST /v1/feedback``), newest first: what
         ``calibration`` checks the judge and the predictor against. The parts are shaped as in
         the body: ``service``, ``agent``, ``judge.judges.<name>.scores`` and
-        ``prediction.p_success`` (only when the body has it); the rest of the body is not
-        read (``filters.LABELLED_*``)."""
+        ``prediction.p_success`` with its ``model`` (only when the body has it); the rest of
+        the body is not read (``filters.LABELLED_*``)."""
         ...
 
     def content_digests(self, trace_ids: Collection[str]) -> dict[str, str]:

@@ -198,12 +198,15 @@ def feedback_version(row: Sequence[Any] | None) -> tuple[int, ...]:
 
 def labelled_run(row: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     """(outcome, the parts of the body calibration reads) of a ``LABELLED_*`` row: service,
-    agent, ``judge.judges.<name>.scores`` and ``prediction.p_success``, shaped as in the body."""
+    agent, ``judge.judges.<name>.scores`` and ``prediction.p_success`` with its ``model``,
+    shaped as in the body."""
     outcome, service, agent, scores, prediction = row
     judges = json.loads(scores) if scores is not None else None
     body: dict[str, Any] = {"service": service, "agent": agent, "judge": {"judges": {
         name: {"scores": s} for name, s in judges.items()} if isinstance(judges, dict) else {}}}
     found = json.loads(prediction) if prediction is not None else None
     if isinstance(found, dict) and "p_success" in found:
-        body["prediction"] = {"p_success": found["p_success"]}
+        model = found.get("model")
+        body["prediction"] = {"p_success": found["p_success"],
+                              "model": model if isinstance(model, str) else None}
     return str(outcome), body

@@ -12,16 +12,17 @@ computed when scraped):
     otel_eval_judge_agreement_runs{service,agent,score}   labelled runs the figures rest on
 
 ``score`` is a judge dimension (``step``, ``process``, ``trace``, ``outcome``, ...) or
-``p_success``: a closed set. A (service, agent) pair has gauges only once the per-trace
-metrics admitted it (``labels.SeriesCap.admitted``, a look-up: the gauges never take a pair
-from the budget); any other pair is left out, not put under ``_other``: agreement does not add
-up. Nor does it merge: rows whose labels coincide (names cut to 128 characters; "" and
-"unknown") are left out too. Service and agent ``*`` is every agent's runs together. A figure
-that cannot be computed (one outcome only) has no sample. The report is computed by the
-source the service gives (a store query of the labelled runs), at most once per ``refresh_s``
-(and again after an outcome is recorded, by this process or, read from the store's feedback
-version, any other on the store: a fleet) for scrapes and ``GET /v1/calibration`` alike: never
-on the engine's path. Thread-safe.
+``p_success`` (the serving model's: the report has a row per model): a closed set. A
+(service, agent) pair has gauges only once the per-trace metrics admitted it
+(``labels.SeriesCap.admitted``, a look-up: the gauges never take a pair from the budget);
+any other pair is left out, not put under ``_other``: agreement does not add up. Nor does it
+merge: rows whose labels coincide (names cut to 128 characters; "" and "unknown") are left
+out too. Service and agent ``*`` is every agent's runs together. A figure that cannot be
+computed (one outcome only) has no sample. The report is computed by the source the service
+gives (a store query of the labelled runs), at most once per ``refresh_s`` (and again after
+an outcome is recorded, by this process or, read from the store's feedback version, any
+other on the store: a fleet) for scrapes and ``GET /v1/calibration`` alike: never on the
+engine's path. Thread-safe.
 """
 
 from __future__ import annotations
@@ -153,7 +154,8 @@ class CalibrationMetrics:
         the per-trace metrics admitted (a look-up: a calibration row never takes a pair from
         the budget, which the store's history of retired agents would fill before the live
         ones); rows whose labels coincide (names cut to 128 characters, "" and "unknown")
-        are all left out: their figures cannot be merged. The report is computed again
+        are all left out: their figures cannot be merged. ``p_success`` is the serving
+        model's (the report's ``serving_model``), when one serves. The report is computed again
         first when older than ``refresh_s``."""
         failed = self._failed_at
         if self._source is not None and (failed is None
@@ -166,8 +168,11 @@ class CalibrationMetrics:
                 self._failed_at = self._clock()  # and do not try again on every scrape
         with self._lock:
             found = self._report
+        serving = found.get("serving_model")
         by_labels: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for row in found.get("groups", ()):
+            if serving is not None and row.get("model") not in (None, serving):
+                continue  # p_success of a model no longer serving: its rows are the report's
             pair = self._pair(row["service"], row["agent"])
             if pair is not None:
                 by_labels.setdefault((*pair, row["score"]), []).append(row)

@@ -151,7 +151,7 @@ def test_calibrate_cli_reads_the_recorded_outcomes_from_the_store(
     assert _row(found, "*", "trace")["auc"] == round(8 / 9, 4)
     assert main(["calibrate", "--store", str(tmp_path / "store.db")]) == 0
     table = capsys.readouterr().out
-    assert "shop  a  trace  3  2  1  0.5  0.500 [" in table
+    assert "shop  a  trace  -  3  2  1  0.5  0.500 [" in table
 
 
 def test_p_success_s_kappa_is_taken_at_the_configured_pass_threshold(
@@ -174,7 +174,7 @@ def test_p_success_s_kappa_is_taken_at_the_configured_pass_threshold(
 def test_a_run_of_service_and_agent_star_is_counted_once() -> None:
     """Service and agent names are span content, and "*" names every agent's row: a run of
     service "*" and agent "*" went into that row twice (2 labelled runs, a row of 3)."""
-    star = {"service": "*", "agent": "*", "prediction": {"p_success": 0.9}}
+    star = {"service": "*", "agent": "*", "prediction": {"p_success": 0.9, "model": "m"}}
     found = calibrate([("success", star), ("failure", _body("a", 0.5, 0.2))])
     row = _row(found, "*", "p_success")
     assert (found["labelled_runs"], row["runs"], row["successes"], row["failures"]) == (
@@ -236,7 +236,7 @@ def test_the_table_escapes_service_and_agent_names() -> None:
     print_table(found, out)
     table = out.getvalue()
     assert not any(c in table for c in "\x1b\x07\r\x9b")
-    assert "s\\x9b2J  bot\\x1b]52;c;ZWNobyBwd25lZA==\\x07\\r\\x1b[2K  trace  6" in table
+    assert "s\\x9b2J  bot\\x1b]52;c;ZWNobyBwd25lZA==\\x07\\r\\x1b[2K  trace  -  6" in table
 
 def test_get_v1_calibration_serves_the_same_object(store: Any) -> None:
     api = AdminApi(CollectorRegistry(), store.query, store.get, lambda _t, _o: None,
@@ -367,3 +367,51 @@ def test_labelled_runs_are_read_without_the_writers_lock(
 
     monkeypatch.setattr(filters, "labelled_run", checking)
     assert len(store.labelled(100)) == len(seen) == 6
+
+
+def test_p_success_is_checked_per_model_the_serving_one_first(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """After a model swap (a retrain and a restart with --model, an upgrade changing the
+    default), the outcomes recorded are of runs either model predicted: p_success was pooled
+    into one row, so its AUC and kappa mixed the old model with the new (here 0.5: neither).
+    Each model's runs are now a row of their own (``model``), the serving model's first
+    (``serving_model``), and the gauges carry the serving model's."""
+    from otel_eval.app.config import Config
+    from otel_eval.evaluate.evaluator import Evaluator
+
+    predictor = Evaluator(Config()).predictor
+    assert predictor is not None
+    serving, old = predictor.model.label, "success@0123456789ab"
+    s = SqliteStore(str(tmp_path / "store.db")).open()
+    # the old model ranked its runs right, the serving model ranks its runs wrong
+    runs = [(old, 0.9, "success"), (old, 0.1, "failure"),
+            (serving, 0.2, "success"), (serving, 0.8, "failure")]
+    s.put_many([Evaluation(Trajectory(f"{i + 1:032x}", "otlp", "complete", [],
+                                      service="shop", agent="a"),
+                           prediction={"p_success": p, "model": model})
+                for i, (model, p, _) in enumerate(runs)])
+    for i, (*_, outcome) in enumerate(runs):
+        s.put_feedback(f"{i + 1:032x}", outcome, i)
+    registry = CollectorRegistry()
+    d = Declarer(registry)
+    cap = SeriesCap(d, 250, 10_000)
+    cap.pair("shop", "a")
+    gauges = CalibrationMetrics(d, cap)
+    served = build(JudgeConfig(), cast(Deps, SimpleNamespace(
+        metrics=SimpleNamespace(calibration=gauges), store=s)), serving=serving)()
+    s.close()
+    assert main(["calibrate", "--store", str(tmp_path / "store.db"), "--format", "json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    for report_ in (served, found):
+        assert report_["serving_model"] == serving
+        rows = [(g["agent"], g["model"], g["auc"], g["runs"]) for g in report_["groups"]
+                if g["score"] == "p_success"]
+        assert rows == [("*", serving, 0.0, 2), ("*", old, 1.0, 2),
+                        ("a", serving, 0.0, 2), ("a", old, 1.0, 2)]
+    for agent in ("*", "a"):
+        assert registry.get_sample_value("otel_eval_judge_agreement_auc", {
+            "service": "shop" if agent == "a" else "*", "agent": agent,
+            "score": "p_success"}) == 0.0
+    assert main(["calibrate", "--store", str(tmp_path / "store.db")]) == 0
+    table = capsys.readouterr().out
+    assert f"shop  a  p_success  {serving}  2  1  1  0.5  0.000 [" in table

@@ -532,9 +532,10 @@ def test_labelled_runs_join_each_outcome_to_its_evaluation_newest_first(
 
 
 def test_labelled_runs_carry_only_what_calibration_reads(store: EvaluationStore) -> None:
-    """Both stores pick the judges' scores and p_success out of the body (reading whole
-    bodies took ~100 kB of memory per run and held SQLite's writer lock for seconds), the
-    same on both, whatever the shapes, and nothing else: no findings, no verdict."""
+    """Both stores pick the judges' scores and p_success (with its model) out of the body
+    (reading whole bodies took ~100 kB of memory per run and held SQLite's writer lock for
+    seconds), the same on both, whatever the shapes, and nothing else: no findings, no
+    verdict."""
     judges = {"trace": {"status": "ok", "scores": {"trace": 0.25}, "critique": "long " * 99},
               "step": {"status": "error"}, "odd": "not an object"}
     evs = [_ev(1, agent="a1", detector="loop"), _ev(2, agent="a2"), _ev(3, agent="a3")]
@@ -547,10 +548,10 @@ def test_labelled_runs_carry_only_what_calibration_reads(store: EvaluationStore)
     assert found == [
         ("success", {"service": "shop", "agent": "a3", "judge": {"judges": {}}}),
         ("success", {"service": "shop", "agent": "a2", "judge": {"judges": {}},
-                     "prediction": {"p_success": True}}),
+                     "prediction": {"p_success": True, "model": None}}),
         ("success", {"service": "shop", "agent": "a1", "judge": {"judges": {
             "trace": {"scores": {"trace": 0.25}}, "step": {"scores": None},
-            "odd": {"scores": None}}}, "prediction": {"p_success": 0.75}})]
+            "odd": {"scores": None}}}, "prediction": {"p_success": 0.75, "model": "m"}})]
     assert scores_of(found[2][1]) == {"trace": 0.25, "p_success": 0.75}
 
 

@@ -188,12 +188,13 @@ def test_the_calibration_page_shows_the_report(store: Store) -> None:
     cells = re.findall(r"<tr[^>]*><td>\*</td><td>\*</td><td>p_success</td>(.*?)</tr>", text)
     values = re.findall(r"<td>([^<]*)</td>", cells[0])
     lo, hi = p["auc_ci95"]
-    assert values == ["2", "1", "1", "0.5", f"0.500 [{lo:.3f}, {hi:.3f}]",
+    assert values == [p["model"], "2", "1", "1", "0.5", f"0.500 [{lo:.3f}, {hi:.3f}]",
                       f"{p['kappa']:.3f} [{p['kappa_ci95'][0]:.3f}, {p['kappa_ci95'][1]:.3f}]"]
     judged = rows[("*", "*", "outcome")]  # one labelled run has a judge: no AUC
     outcome = re.findall(r"<td>\*</td><td>\*</td><td>outcome</td>(.*?)</tr>", text)
     assert judged["runs"] == 1 and judged["auc"] is None
-    assert re.findall(r"<td>([^<]*)</td>", outcome[0])[:5] == ["1", "0", "1", "0.5", "-"]
+    assert re.findall(r"<td>([^<]*)</td>", outcome[0])[:6] == ["", "1", "0", "1", "0.5",
+                                                                   "-"]
 
 
 def test_the_calibration_page_marks_a_score_against_the_outcomes() -> None:

@@ -130,7 +130,7 @@ def test_the_calibration_page_shows_what_the_outcomes_say(
     rows = browser.js("[...document.querySelectorAll('table.calibration tbody tr')]"
                       ".map(r => [...r.cells].map(c => c.innerText))")
     every = {r[2]: r for r in rows if r[:2] == ["*", "*"]}
-    assert every["p_success"][3:7] == ["2", "1", "1", "0.5"]
-    assert every["p_success"][7].startswith("0.500 [")
+    assert every["p_success"][4:8] == ["2", "1", "1", "0.5"]  # after the model's label
+    assert every["p_success"][8].startswith("0.500 [")
     assert browser.js("document.querySelector('nav a.on').innerText") == "calibration"
     _shot(browser, artefacts, "calibration")  # docs/images/ui-calibration.png

@@ -1,12 +1,13 @@
 """Output (part): the judge checked against people (``/ui/calibration``), as
 ``GET /v1/calibration`` holds it (``evaluate.calibration``).
 
-One row per (service, agent, score): the labelled runs it rests on (successes / failures),
-the pass threshold, the AUC and Cohen's kappa each with its 95 % interval. Every agent's runs
-together (``*``) come first. A figure that could not be computed (one outcome only, or every
-run on one side of the threshold) is a dash, never a number. The rows whose interval lies
-wholly under chance (AUC under 0.5, kappa under 0) are marked: there the score and the
-people who recorded outcomes disagree.
+One row per (service, agent, score), and for p_success per model (the serving one first: a
+model swap leaves the old model's runs in the store): the labelled runs it rests on
+(successes / failures), the pass threshold, the AUC and Cohen's kappa each with its 95 %
+interval. Every agent's runs together (``*``) come first. A figure that could not be
+computed (one outcome only, or every run on one side of the threshold) is a dash, never a
+number. The rows whose interval lies wholly under chance (AUC under 0.5, kappa under 0) are
+marked: there the score and the people who recorded outcomes disagree.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from otel_eval.outputs.ui.verdicts import number
 
 MAX_ROWS = 2000  # rows shown (GET /v1/calibration already answers with as many at most)
 _HEAD = (("service", None), ("agent", None), ("score", "a judge dimension, or p_success"),
+         ("model", "the success model whose p_success the row checks (the serving one "
+                   "first)"),
          ("runs", "labelled runs with this score"), ("successes", None), ("failures", None),
          ("threshold", "pass threshold the kappa is taken at"),
          ("AUC [95 % CI]", "how well the score ranks the recorded successes above the "
@@ -54,7 +57,8 @@ def _against(row: Mapping[str, Any]) -> bool:
 def _row(row: Mapping[str, Any]) -> Html:
     threshold = number(row.get("threshold"))
     cells = [short(row.get("service"), 60), short(row.get("agent"), 60),
-             short(row.get("score"), 40), str(row.get("runs", "")),
+             short(row.get("score"), 40), short(row.get("model") or "", 60),
+             str(row.get("runs", "")),
              str(row.get("successes", "")), str(row.get("failures", "")),
              f"{threshold:g}" if threshold is not None else "-",
              _interval(row.get("auc"), row.get("auc_ci95")),
