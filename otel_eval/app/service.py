@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client import CollectorRegistry
 
@@ -76,7 +76,7 @@ from otel_eval.evaluate.stage import InProcess, store_given_up
 from otel_eval.outputs import events as outputs_events
 from otel_eval.outputs import forward
 from otel_eval.outputs import kafka as results
-from otel_eval.outputs.deps import Deps
+from otel_eval.outputs.deps import Deps, JudgedResults
 from otel_eval.outputs.issues import job as issues_job
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.synthesis import REPLY_SCHEMA, check_reply
@@ -107,11 +107,14 @@ def build_sinks(config: Config, deps: Deps) -> list[SinkComponent]:
     lifecycle stops them in reverse, so the judge drains before the events sink it writes to
     is flushed. A new sink: a module with ``build(config, deps)`` and one line here."""
     events = outputs_events.build(config.export, deps)
-    deps = replace(deps, events=events)
+    published = results.build(config.kafka, deps)
+    # the judge writes its judgements to the events and publishes the judged results again
+    deps = replace(deps, events=events,
+                   results=cast(JudgedResults, published) if published is not None else None)
     sinks = (judge.build(config.judge, deps, config.trajectory),
              events,
              forward.build(config.export, deps),
-             results.build(config.kafka, deps))
+             published)
     return [sink for sink in sinks if sink is not None]
 
 

@@ -30,6 +30,13 @@ class JudgeEvents(Protocol):
                      held: tuple[Held, ...] = ()) -> None: ...
 
 
+class JudgedResults(Protocol):
+    """Where a stored judgement goes out again as the whole result (``outputs.kafka``'s
+    results topic: the v1 object, now with its ``judge``)."""
+
+    def publish(self, evaluation: Evaluation) -> None: ...
+
+
 @dataclass(frozen=True)
 class Deps:
     metrics: Metrics              # the service's self-metrics (verbs per subsystem)
@@ -39,6 +46,8 @@ class Deps:
     store_target: str             # store.target: the SQLite file or the PostgreSQL URL
     loop: LoopThread | None       # the async stages' loop; None: no judge and no Kafka
     events: JudgeEvents | None = None  # the events sink, when on (the judge writes to it)
+    # the Kafka results topic, when on (the judge publishes each stored judgement to it)
+    results: JudgedResults | None = None
     # store.session: the limits of every PostgreSQL session (the issues catalogue's too);
     # None: the defaults
     store_session: SessionLimits | None = None

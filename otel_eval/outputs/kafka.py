@@ -12,7 +12,10 @@ twice: as a Kafka record not written (``kafka_publish_dropped_total{topic="resul
 a result sink's drop (``sink_dropped_total{sink="results"}``, the series every result sink's
 drops are in and ``OtelEvalResultsDropped`` reads), its reason there from
 ``outputs.sender.DROP_REASONS`` (``record_too_large`` is ``too_large``).
-A re-evaluated trace is published again with the same key, so compacted topics keep the last.
+A re-evaluated trace is published again with the same key, so compacted topics keep the last;
+so is a judged one, once its judgement (or the judge's skip) is stored (``publish``, from the
+judge stage): the record then holds the ``judge`` the results API returns, as the last
+published for its key.
 """
 
 from __future__ import annotations
@@ -81,6 +84,11 @@ class ResultsPublisher:
 
     def export(self, trace: Trace, evaluation: Evaluation) -> None:
         """Any thread. Serialises now (the evaluation may change later), sends later."""
+        self.publish(evaluation)
+
+    def publish(self, evaluation: Evaluation) -> None:
+        """``export`` of an evaluation alone: the judge stage's, once a judgement is stored
+        (``outputs.deps.JudgedResults``)."""
         payload = json.dumps(evaluation.to_json(), separators=(",", ":"), default=str).encode()
         loop = self._loop
         try:

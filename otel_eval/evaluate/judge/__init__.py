@@ -67,4 +67,5 @@ def build(config: JudgeConfig, deps: Deps,
     from otel_eval.evaluate.judge.stage import JudgeStage  # litellm: only with a judge
 
     return JudgeStage(config, deps.loop, deps.store, deps.metrics, deps.events,
-                      cache_path=deps.store_path, trajectory=trajectory)
+                      cache_path=deps.store_path, trajectory=trajectory,
+                      results=deps.results)

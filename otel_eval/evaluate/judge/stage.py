@@ -3,6 +3,8 @@
     Engine (thread) --export(trace, evaluation)--> loop.call(JudgeQueue.submit)
         -> worker task -> Judge.judge -> on_done: JudgeWrites.put (store.put_judge), then events
                                       -> on_skip: JudgeWrites.put({"overall": skipped})
+        -> once stored (judged or skipped): the Kafka results topic gets the evaluation again,
+           with the ``judge`` the results API now returns (``outputs.kafka``)
     SessionJob (thread) --judge_session(record, turns)--> loop: a task -> Judge.judge_session
         -> JudgeWrites.call(store.put_session_judge): onto the completion it judged
     IssuesJob (thread) --ask(request)--> loop: Judge.call (the issue namer's one call per new
@@ -71,7 +73,7 @@ from otel_eval.evaluate.judge.prompting import Request
 from otel_eval.evaluate.judge.rubric_cache import SqliteRubricCache
 from otel_eval.evaluate.judge.sampling import session_sampled
 from otel_eval.evaluate.judge.workqueue import JudgeQueue, skipped_judge
-from otel_eval.outputs.deps import JudgeEvents
+from otel_eval.outputs.deps import JudgedResults, JudgeEvents
 from otel_eval.store import EvaluationStore
 from otel_eval.store.judge_writes import JudgeWrites
 from otel_eval.store.sessions import session_key
@@ -86,9 +88,11 @@ class JudgeStage:
     def __init__(self, config: JudgeConfig, loop: LoopThread, store: EvaluationStore,
                  metrics: Metrics, events: JudgeEvents | None = None, *,
                  cache_path: str = ":memory:",
-                 trajectory: TrajectoryConfig | None = None) -> None:
+                 trajectory: TrajectoryConfig | None = None,
+                 results: JudgedResults | None = None) -> None:
         """``cache_path``: the local SQLite file of the rubric cache and the pending journal
-        (``store.path``); ``trajectory``: the bounds of a stored result."""
+        (``store.path``); ``trajectory``: the bounds of a stored result; ``results``: the
+        Kafka results topic, which gets each evaluation again once its judge is stored."""
         self.config = config
         self.bounds = trajectory or TrajectoryConfig()
         self.loop = loop
@@ -97,6 +101,7 @@ class JudgeStage:
         metrics.judge.skip_reasons(SKIP_REASONS)
         metrics.judge.call_statuses(call_names(config), CALL_STATUSES)
         self.events = events
+        self.results = results
         self.cache_path = cache_path
         self._cache: SqliteRubricCache | None = None
         self._journal: PendingJournal | None = None
@@ -412,8 +417,11 @@ class JudgeStage:
         if (e := write.exception()) is not None:  # the store's failure: said, judging goes on
             log.error("storing the judge result of trace %s failed: %s", evaluation.trace_id,
                       type(e).__name__, exc_info=e)
-        elif write.result() and then is not None:
-            then(evaluation)
+        elif write.result():
+            if self.results is not None:  # the v1 object as stored now: with its judge
+                self.results.publish(evaluation)
+            if then is not None:
+                then(evaluation)
 
     def shutdown(self, deadline_s: float) -> None:
         """Drain for at most ``deadline_s``; what is left is stored as skipped ``shutdown``,

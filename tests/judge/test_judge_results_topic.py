@@ -1,0 +1,85 @@
+"""The Kafka results topic carries the judge the results API returns: a trace is published
+when it is stored, before the (asynchronous) judge has scored it, and is published again once
+its judgement is stored (docs/configuration.md ``kafka.results_topic``: one JSON evaluation per
+stored trace, key the trace id, the last one per key what a compacted topic keeps).
+
+Before, the judge stage wrote its judgement to the store and the events sink only: every
+record of the results topic lacked ``judge`` while ``GET /v1/evaluations/{trace_id}`` had it,
+so a team consuming the topic never saw the judge's scores, critiques or lucky passes."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from judge_fake_llm import FakeLLM, good
+from judge_fixtures import combined_reply, config, evaluation
+from prometheus_client import CollectorRegistry
+from support.poll import poll
+
+from otel_eval.app.config import Config, replace
+from otel_eval.app.service import Service
+from otel_eval.base.aio import LoopThread
+from otel_eval.base.model import Trace
+from otel_eval.base.results import Evaluation
+from otel_eval.evaluate.judge.stage import JudgeStage
+from otel_eval.outputs.kafka import ResultsPublisher
+from otel_eval.store import SqliteStore
+from otel_eval.telemetry.metrics import Metrics
+
+
+class Published:
+    """The results topic's records, as ``ResultsPublisher`` serialises them."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def publish(self, evaluation: Evaluation) -> None:
+        with self._lock:
+            self.records.append(json.loads(json.dumps(evaluation.to_json(), default=str)))
+
+
+def test_a_judged_trace_is_published_again_with_the_judge_the_api_returns(
+        llm: FakeLLM, tmp_path: Path) -> None:
+    llm.route = lambda body: good(combined_reply([0, 1, 2, 3, 4]))
+    path = str(tmp_path / "s.db")
+    store = SqliteStore(path).open()
+    ev = evaluation(trace_id="c3" * 16)
+    store.put_many([ev])
+    topic = Published()
+    topic.publish(ev)  # the results sink's export, as the trace was stored
+    loop = LoopThread()
+    loop.start()
+    stage = JudgeStage(config(llm.api_base, combined=True), loop, store,
+                       Metrics(CollectorRegistry()), cache_path=path, results=topic)
+    try:
+        stage.start()
+        stage.export(Trace(ev.trace_id, [], "complete"), ev)
+        poll(lambda: len(topic.records) == 2, "the judged trace to be published again",
+             interval_s=0.02)
+        stored = store.get(ev.trace_id)
+        assert stored is not None and "judge" in stored
+        first, last = topic.records
+        assert "judge" not in first  # published before the judge scored it
+        assert last["judge"] == stored["judge"]  # the last for its key: the API's object
+        assert last == json.loads(json.dumps(stored))
+    finally:
+        stage.shutdown(5.0)
+        loop.stop()
+        store.close()
+
+
+def test_serve_hands_the_results_topic_to_the_judge(tmp_path: Path) -> None:
+    cfg = replace(Config(), **{
+        "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "127.0.0.1:0",
+        "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "e.db"),
+        "evaluation.workers": 1, "judge.model": "openai/judge",
+        "judge.api_base": "http://127.0.0.1:9/v1", "kafka.brokers": "127.0.0.1:9",
+        "kafka.results_topic": "results"})
+    svc = Service(cfg, registry=CollectorRegistry())
+    judge = next(s for s in svc.engine.sinks if isinstance(s, JudgeStage))
+    assert judge.results is not None
+    assert isinstance(getattr(judge.results, "part", None), ResultsPublisher)
