@@ -25,7 +25,7 @@ import contextlib
 import json
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +59,10 @@ class ResultsPublisher:
         # (sink, reason, items): ``SinkMetrics.dropped``, otel_eval_sink_dropped_total
         self._sink_dropped = sink_dropped
         self._queue: deque[tuple[str, bytes]] = deque()
+        # (trace id, revision, evaluated_at_ns) of the evaluations published judged, the
+        # newest ``results_queue_size``: their un-judged record, handed over after (an
+        # engine thread slower than the judge's skip), is not queued behind them
+        self._judged: OrderedDict[tuple[str, int, int], None] = OrderedDict()
         # delivery futures of records the producer holds, not yet counted (``_count_sent``)
         self._sent: list[asyncio.Future[Any]] = []
         self._wake = asyncio.Event()
@@ -84,17 +88,22 @@ class ResultsPublisher:
 
     def export(self, trace: Trace, evaluation: Evaluation) -> None:
         """Any thread. Serialises now (the evaluation may change later), sends later."""
-        self.publish(evaluation)
+        self._hand_over(evaluation, judged=False)
 
     def publish(self, evaluation: Evaluation) -> None:
-        """``export`` of an evaluation alone: the judge stage's, once a judgement is stored
-        (``outputs.deps.JudgedResults``)."""
+        """The evaluation again, with its judge: the judge stage's, once a judgement (or a
+        skip) is stored (``outputs.deps.JudgedResults``). The last record of its key, even
+        when the engine's ``export`` of it comes after (that one is then not sent)."""
+        self._hand_over(evaluation, judged=True)
+
+    def _hand_over(self, evaluation: Evaluation, judged: bool) -> None:
         payload = json.dumps(evaluation.to_json(), separators=(",", ":"), default=str).encode()
+        key = (evaluation.trace_id, evaluation.trajectory.revision, evaluation.evaluated_at_ns)
         loop = self._loop
         try:
             if loop is None:
                 raise RuntimeError("not started")
-            loop.call_soon_threadsafe(self._enqueue, evaluation.trace_id, payload)
+            loop.call_soon_threadsafe(self._enqueue, evaluation.trace_id, payload, key, judged)
         except RuntimeError:  # not started, or closed (stopping): one check, no window
             self._dropped("not_started", 1)
 
@@ -107,7 +116,14 @@ class ResultsPublisher:
     def pass_on(self, trace: Trace) -> None:
         """No evaluation, no result to publish."""
 
-    def _enqueue(self, trace_id: str, payload: bytes) -> None:
+    def _enqueue(self, trace_id: str, payload: bytes, key: tuple[str, int, int] | None = None,
+                 judged: bool = False) -> None:
+        if key is not None and judged:
+            self._judged[key] = None
+            while len(self._judged) > self.config.results_queue_size:
+                self._judged.popitem(last=False)
+        elif key is not None and key in self._judged:
+            return  # its judged record, which holds all of it, is queued or sent already
         if len(self._queue) >= self.config.results_queue_size:
             self._queue.popleft()
             self._dropped("queue_full", 1)
