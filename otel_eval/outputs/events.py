@@ -178,7 +178,8 @@ def judge_records(evaluation: Evaluation, root: str, version: str, time_ns: int,
         if not graded(entry):
             status = entry.get("status", "ok")
             out.append(failure_record(evaluation.trace_id, root, judge, status,
-                                      str(entry.get("error") or status), version, time_ns))
+                                      str(entry.get("error") or status), version, time_ns,
+                                      evaluation.trajectory.revision))
             continue
         at_root = set()
         for c in entry.get("critiques", []):
@@ -211,13 +212,18 @@ def _grade(evaluation: Evaluation, span: str, judge: str, dimension: str, score:
 
 
 def failure_record(trace_id: str, span_id: str, name: str, error_type: str, explanation: str,
-                   version: str, time_ns: int) -> logs_pb2.LogRecord:
+                   version: str, time_ns: int,
+                   revision: int | None = None) -> logs_pb2.LogRecord:
     """An evaluation that could not be made (judge timeout, parse error): ``error.type`` set,
-    no score. ``name``: the judge (``trace``) or ``judge.<judge>``; only the judge fails."""
+    no score. ``name``: the judge (``trace``) or ``judge.<judge>``; only the judge fails.
+    ``revision``: the trace's revision judged, as the judge's grades name it
+    (``otel_eval.trace.revision``), when known."""
     judge = name if name.startswith("judge.") else f"judge.{name}"
-    attrs = {"gen_ai.evaluation.name": name, "error.type": error_type,
-             "gen_ai.evaluation.explanation": explanation,
-             **provenance(judge, version, LLM_JUDGE)}
+    attrs: dict[str, Any] = {"gen_ai.evaluation.name": name, "error.type": error_type,
+                             "gen_ai.evaluation.explanation": explanation,
+                             **provenance(judge, version, LLM_JUDGE)}
+    if revision is not None:
+        attrs["otel_eval.trace.revision"] = revision
     return _record(trace_id, span_id, "warning", time_ns, attrs)
 
 
@@ -324,7 +330,7 @@ class EvaluationEvents:
                           explanation: str) -> None:
         """One record with ``error.type`` for an evaluation that failed (e.g. the judge)."""
         rec = failure_record(trace.trace_id, model.run_span_id(trace.spans), name, error_type,
-                             explanation, self.version, time.time_ns())
+                             explanation, self.version, time.time_ns(), trace.revision)
         self._submit([rec])
 
     def export_session(self, record: dict[str, Any], trace_id: str, span_id: str,

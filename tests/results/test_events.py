@@ -301,3 +301,25 @@ def test_events_sent_again_from_the_stored_evaluation_equal_the_first(
     again = stored_evaluation(model.Trace(TRACE_ID, [], "complete"), stored)
     first, second = _sends(downstream, (t, ev), (t, again))
     assert ("chatcmpl-abc" in str(first)) and first == second
+
+
+def test_every_judge_record_of_a_reopened_run_names_its_revision(
+        downstream: Capture) -> None:
+    """Late spans re-open a run: its revision 1 is evaluated and judged again, and its events
+    go out beside revision 0's. The judge's grades named their revision
+    (``otel_eval.trace.revision``), but a judge that failed (timeout, parse error) sent a
+    record without it: a consumer could not tell revision 1's failure from revision 0's, nor
+    which grades it replaced."""
+    ev = evaluation()
+    ev.trajectory.revision = 1
+    ev.judge = {"model": "m", "judges": {
+        "trace": {"status": "ok", "scores": {"trace": 0.7},
+                  "critiques": [{"dimension": "trace", "score": 0.7, "text": "ok"}]},
+        "step": {"status": "timeout", "error": "no answer in 30 s"}}}
+    events = EvaluationEvents(_config(downstream), Metrics(), evaluator_version="1")
+    events.start()
+    events.export_judge(ev, ROOT, 0.5)
+    events.shutdown(5.0)
+    revisions = {a["gen_ai.evaluation.name"]: a.get("otel_eval.trace.revision")
+                 for a in (attributes_to_dict(r.attributes) for r in _records(downstream))}
+    assert revisions == {"trace": 1, "step": 1}
