@@ -69,6 +69,7 @@ class ResultsPublisher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._producer: AIOKafkaProducer | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False  # set by shutdown: a record handed over after it is a drop
 
     async def start(self) -> None:
         from aiokafka import AIOKafkaProducer  # loaded when a results topic is on, not by serve
@@ -124,6 +125,9 @@ class ResultsPublisher:
                 self._judged.popitem(last=False)
         elif key is not None and key in self._judged:
             return  # its judged record, which holds all of it, is queued or sent already
+        if self._stopped:  # a judgement whose write landed past the stop's deadline
+            self._dropped("shutdown", 1)
+            return
         if len(self._queue) >= self.config.results_queue_size:
             self._queue.popleft()
             self._dropped("queue_full", 1)
@@ -183,6 +187,7 @@ class ResultsPublisher:
         from aiokafka.errors import KafkaError
 
         end = time.monotonic() + deadline_s
+        self._stopped = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

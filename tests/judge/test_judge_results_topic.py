@@ -9,6 +9,7 @@ so a team consuming the topic never saw the judge's scores, critiques or lucky p
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from pathlib import Path
@@ -22,6 +23,8 @@ from support.poll import poll
 from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service
 from otel_eval.base.aio import LoopThread
+from otel_eval.base.kafka.config import KafkaConfig
+from otel_eval.base.kafka.stats import KafkaStats
 from otel_eval.base.model import Trace
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge.stage import JudgeStage
@@ -83,3 +86,22 @@ def test_serve_hands_the_results_topic_to_the_judge(tmp_path: Path) -> None:
     judge = next(s for s in svc.engine.sinks if isinstance(s, JudgeStage))
     assert judge.results is not None
     assert isinstance(getattr(judge.results, "part", None), ResultsPublisher)
+
+
+def test_a_judgement_published_after_the_results_sink_stopped_is_a_counted_drop() -> None:
+    """The judge stops first and waits for its writes within its deadline; a write that lands
+    past it still publishes the judged result, after the results sink stopped: that record
+    is dropped and counted (reason shutdown), never left in a queue nobody sends."""
+    stats = KafkaStats()
+    publisher = ResultsPublisher(KafkaConfig(), stats)
+    loop = asyncio.new_event_loop()
+    try:
+        publisher._loop = loop
+        loop.run_until_complete(publisher.shutdown(1.0))
+        publisher.publish(evaluation(trace_id="e5" * 16))
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+    finally:
+        loop.close()
+    assert stats.dropped[("results", "shutdown")] == 1
+    assert not publisher._queue
