@@ -250,3 +250,17 @@ def test_the_user_repeating_or_rewording_a_request(
         assert f["trace_id"] == turns[f["attributes"]["turns"][-1] - 1]["trace_id"]
         assert f["severity"] == "warning"
     assert record["verdict"]["passed"] is True
+
+
+def test_a_session_total_past_the_largest_float_is_strict_json() -> None:
+    """Each turn's cost is a finite number (a span may record any), but their sum may not be:
+    two turns of 1e308 USD made the session_cost finding's value inf, and the record went out
+    as JSON with a bare ``Infinity`` token (``GET /v1/sessions``, ``eval --format jsonl``, the
+    stored record), which strict parsers (JavaScript's, Go's, Jackson) refuse: the whole page
+    of sessions unreadable. Now the record holds only finite numbers, a non-finite one as the
+    string the protobuf JSON mapping uses, as the trace results do (``base.jsontext``)."""
+    turns = [_turn(0, cost=1e308), _turn(1, cost=1e308)]
+    record = evaluate_session("s", turns, SessionsConfig(session_cost_usd=1.0), "complete")
+    text = json.dumps(record, allow_nan=False)  # raised ValueError on inf
+    (finding,) = [f for f in json.loads(text)["findings"] if f["kind"] == "session_cost"]
+    assert finding["attributes"]["value"] == "Infinity"

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from otel_eval.base.jsontext import finite
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.detectors import DETECTORS, budget
 from otel_eval.store.sessions import split_session_key
@@ -80,7 +81,9 @@ def evaluate_session(key: str, turns: Sequence[dict[str, Any]], config: Sessions
     """The session record of ``turns`` (any order; ``total``: the turns it has in all, when
     some were not read), the session ``key`` (``store.sessions.session_key``: its service
     and conversation id, which the record names apart). ``status`` ``complete`` lets the
-    end-of-conversation detectors judge the last turn."""
+    end-of-conversation detectors judge the last turn. Its numbers are finite (a sum of
+    finite turn values may not be: a non-finite one as the protobuf JSON mapping's string,
+    ``jsontext.finite``, as the trace results): every output of it is strict JSON."""
     service, session_id = split_session_key(key)
     ordered = in_turn_order(turns)
     complete = status == "complete"
@@ -88,7 +91,7 @@ def evaluate_session(key: str, turns: Sequence[dict[str, Any]], config: Sessions
     findings += budget(ordered, config, complete, total)
     verdict, passed = _verdict(ordered, findings)
     first = _start(ordered[0])[0] if ordered else 0
-    return {
+    return finite({
         "session_id": session_id,
         "service": service or None,
         "agent": _last_named(ordered, "agent"),
@@ -102,4 +105,4 @@ def evaluate_session(key: str, turns: Sequence[dict[str, Any]], config: Sessions
         "counts": _counts(ordered, len(ordered) if total is None else total, len(findings),
                           passed),
         "turn_verdicts": passed,
-    }
+    })
