@@ -5,7 +5,8 @@ A trace is released
 - ``incomplete`` when its root has not ended and no span arrived for ``idle_timeout_s``
                  (the agent never finished: the non-termination case);
 - ``truncated``  when it has been open ``max_trace_duration_s``, or was pushed out by the
-                 ``release_oldest`` overflow policy.
+                 ``release_oldest`` overflow policy, or when spans of it were refused for
+                 their service's share (``cut``: reason ``service_share``) whatever else.
 The root is ``model.local_root``: a span without a parent, or whose parent the exporter flagged
 as remote, ends the run as soon as it ends; a root whose absent parent carries no flag (an
 exporter without span flags, called from an instrumented upstream) is recognised when the
@@ -114,6 +115,9 @@ class _Open:
     # at its release (the run neither released again nor sent again), or carried in when the
     # run's own sender joins (a re-open as any other: ``_join``)
     parked: _Released | None = None
+    # spans of it were refused for their service's share (``cut``): released ``truncated``
+    # (reason ``service_share``), never judged as a whole run
+    cut: bool = False
 
 
 @dataclass(slots=True)
@@ -125,6 +129,7 @@ class _Released:
     logs: list[HeldRecord] = field(default_factory=list)
     finished: Finished | None = None  # the released trace's, set by finishing
     log_keys: set[bytes] = field(default_factory=set)  # the open trace's, handed over
+    cut: bool = False  # the open trace's: a re-open still misses what was refused
 
 
 @dataclass
@@ -163,6 +168,9 @@ class TraceAssembler:
         self._reopenable: OrderedDict[str, _Released] = OrderedDict()
         # Ids of traces released earlier still (no spans kept): late spans for them are refused.
         self._tombstones: OrderedDict[str, None] = OrderedDict()
+        # Ids of traces not open whose spans were refused for a service's share (``cut``),
+        # newest last, at most ``max_tombstones``: the run opened for one later misses them.
+        self._cut: OrderedDict[str, None] = OrderedDict()
         # Open traces holding exactly one span, or only log records, oldest first (they give
         # way under pressure).
         self._singles: OrderedDict[str, None] = OrderedDict()
@@ -270,6 +278,22 @@ class TraceAssembler:
                     svc := service_of(s)):
                 owners[s.trace_id] = svc
         return owners
+
+    def cut(self, trace_ids: Iterable[str]) -> None:
+        """Spans of these traces were refused for their service's share (``admission``'s
+        ``over_share``, rejected for good): the run of each, open now or opened later (its
+        root's service within its share: a distributed run whose callee's span came
+        first), misses them, so it is released ``truncated`` (reason ``service_share``),
+        never ``complete`` as if whole. Remembered for ``max_tombstones`` trace ids."""
+        for tid in trace_ids:
+            tr = self._open.get(tid)
+            if tr is not None:
+                tr.cut = True
+                continue
+            self._cut[tid] = None
+            self._cut.move_to_end(tid)
+            while len(self._cut) > self.config.max_tombstones:
+                self._cut.popitem(last=False)
 
     def service_open(self, service: str) -> int:
         return self._per_service[service]
@@ -402,7 +426,8 @@ class TraceAssembler:
             return "foreign_sender"
         self._reopenable.pop(trace_id, None)
         tr = _Open(trace_id, {}, [], now, now, source=source, sender=sender,
-                   service=service_of(span))
+                   service=service_of(span), cut=trace_id in self._cut)
+        self._cut.pop(trace_id, None)
         if old is None and trace_id in self._dropped_revisions:
             tr.revision = self._dropped_revisions[trace_id] + 1
         self._per_service[tr.service] += 1
@@ -430,6 +455,7 @@ class TraceAssembler:
         tr.logs = old.logs
         tr.log_keys = old.log_keys
         tr.log_bytes = sum(r.nbytes for r in old.logs)
+        tr.cut = tr.cut or old.cut
         carried = sum(s.nbytes for s in old.spans.values())
         tr.nbytes += carried
         self.open_spans += len(old.spans)
@@ -671,6 +697,8 @@ class TraceAssembler:
 
     def _release(self, tr: _Open, status: TraceStatus, reason: str, now: float) -> Trace:
         self._close(tr)
+        if tr.cut:  # spans of it were refused for a share: not a whole run
+            status, reason = "truncated", "service_share"
         spans = list(tr.spans.values())
         self.open_spans -= len(spans) + len(tr.passed)
         self.open_bytes -= tr.nbytes
@@ -697,7 +725,8 @@ class TraceAssembler:
             # they are not held past the release (memory: max_released_traces x
             # max_spans_per_trace)
             self._reopenable[tr.trace_id] = _Released(now, tr.spans, tr.revision, tr.sender,
-                                                      tr.logs, trace.finished, tr.log_keys)
+                                                      tr.logs, trace.finished, tr.log_keys,
+                                                      tr.cut)
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)
         self._forget(now)

@@ -68,7 +68,9 @@ class AssemblyConfig:
     # (reason `service_share`); in a request with others (a gateway's batch) only the
     # traces it would open are rejected whole (partial success, reason `service_share`),
     # the rest taken. Pass-through on: throttled whole (a span rejected for good would
-    # never reach the backend).
+    # never reach the backend). A run whose spans or records were so rejected (a callee's
+    # span come before its root, in-share, opened the run) is released `truncated`
+    # (reason `service_share`), never judged as whole (trace ids remembered: max_tombstones).
     max_service_share: float = 1.0
     # GenAI event log records (message content sent as OTLP logs) kept per trace; more are
     # dropped with reason `trace_too_large`.

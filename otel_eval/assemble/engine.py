@@ -212,6 +212,7 @@ class Engine:
             return spans, False
         kept: Any = [s for s in spans if s.trace_id not in shed]
         adm.rejected["service_share"] = len(spans) - len(kept)
+        self._assembler.cut(shed)  # the runs later opened for them miss these spans
         return kept, len(kept) < len(spans)
 
     def _add(self, signal: Signal, items: Sequence[Any], on_trace: Any, source: str,

@@ -481,3 +481,29 @@ def test_log_records_released_and_not_evaluated_count_in_their_services_share(
         assert throttled == {"service_share": 1, "pending_log_records": 0}
         assert h.svc.engine.process() == 4  # evaluated: no longer held against its share
         assert _export_logs(h, 4, 4, "noisy", 10)[1] is None
+
+
+def test_a_run_whose_callee_span_was_refused_for_a_share_is_not_judged_whole(
+        tmp_path: Path) -> None:
+    """A gateway's batch holding a called service's tool span before its run's root: the
+    callee past its share, the span was rejected as that service's new trace; the root,
+    arriving later, opened the run without it, judged `complete` as if whole. The run now
+    knows it lost spans: released `truncated` (reason `service_share`), never complete."""
+    share = {"assembly.max_open_traces": 10, "assembly.max_service_share": 0.5}
+    with running_service(tmp_path, **share) as h:
+        assert _send(h, [s for i in range(5) for s in _trace(i, 2, "noisy")]) is None
+        tool = Span(f"{7:032x}", f"{9:016x}", f"{1:016x}", "execute_tool", 2, 3,
+                    resource={"service.name": "noisy"})
+        resp, err = _raw_export(h, encode.encode_spans(
+            [tool, *_trace(5, 2, "quiet")]).SerializeToString())
+        assert err is None and resp is not None
+        assert resp.partial_success.rejected_spans == 1  # the callee's span, for good
+        run = [Span(f"{7:032x}", f"{1:016x}", None, "invoke_agent", 1, 5,
+                    resource={"service.name": "quiet"})]
+        assert _send(h, run) is None  # the run's root, later (ended: a run over)
+        assert h.release() == 1
+        stored = h.svc.store.get(f"{7:032x}")
+        assert stored is not None
+        assert stored["status"] == "truncated"
+        assert h.sample("otel_eval_assembly_traces_released_total", status="truncated",
+                        reason="service_share") == 1

@@ -241,7 +241,8 @@ class NonTerminationConfig:
     # Severity when no final output could be found at all (some instrumentations do not
     # record it, so this is a warning by default).
     no_output_severity: Severity = "warning"
-    # Severity for a trace cut at the maximum trace duration (`truncated`).
+    # Severity for a trace cut (`truncated`: at the maximum trace duration, by the
+    # `release_oldest` overflow, or missing spans refused for a service's share).
     truncated_severity: Severity = "warning"
 
     def __post_init__(self) -> None:
