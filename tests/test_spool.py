@@ -460,3 +460,26 @@ def test_rows_a_failed_delete_left_go_once_space_returns(tmp_path: Path, room: i
     assert a.send([span(T3, 1, None), span(T3, 2)]) is None  # not spool_full
     rows = a.spool._db.execute("SELECT COUNT(*) FROM spool_requests").fetchone()[0]
     assert rows == 1  # T3's alone
+
+
+def test_a_rows_bytes_are_its_services_whose_traces_still_hold_it(tmp_path: Path) -> None:
+    """A row stays until its last trace is done: a gateway's batch kept by one service's
+    long run is that service's in the spool's share (``max_service_share``), not the
+    others', whose runs in it are done."""
+    metrics = Metrics(CollectorRegistry())
+    spool = Spool(str(tmp_path / "s.db-spool"), 1 << 20, metrics.spool).open()
+    quiet = [Span("a" * 32, "1" * 16, None, "r", 1, 2, resource={"service.name": "quiet"},
+                  nbytes=300)]
+    long = [Span("b" * 32, "1" * 16, None, "r", 1, 0, resource={"service.name": "long"},
+                 nbytes=100)]
+    raw = body(quiet + long)
+    rid = spool.append(raw, ["a" * 32, "b" * 32], items=quiet + long)
+    spool.settle(rid, ["a" * 32, "b" * 32], {"a" * 32: 0, "b" * 32: 0}, {})
+    assert spool.held_by("quiet") + spool.held_by("long") == len(raw)
+    assert spool.held_by("quiet") > spool.held_by("long")
+    spool.evaluated([("a" * 32, 0)])  # the quiet run is done; the long one holds the row
+    assert spool.held_by("quiet") == 0
+    assert spool.held_by("long") == len(raw)
+    spool.evaluated([("b" * 32, 0)])
+    assert spool.held() == (0, 0) and spool.held_by("long") == 0
+    spool.close()

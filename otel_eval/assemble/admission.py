@@ -117,8 +117,12 @@ class AdmissionControl:
         span's own service.name), or for log records of the records pending (held and
         queued) or of the bytes of those held (their own budgets, as they count them); one
         that holds none is never past it, as the whole budget takes a first request of any
-        size. A service opening nothing here is never past it: its items join traces open
-        already, and refused they would cut them (``over_share``)."""
+        size. So for the spool's bytes (``store.spool_max_bytes``) it holds: its open runs',
+        its runs released and not evaluated, and its evaluated runs' waiting on a slow
+        delivering sink (``RowLoad``; before, one service could fill the spool and every
+        other service's exports were refused ``spool_full``). A service opening nothing
+        here is never past it: its items join traces open already, and refused they would
+        cut them (``over_share``)."""
         cfg = self.config
         if cfg.max_service_share >= 1.0 or not items:
             return set()
@@ -139,6 +143,8 @@ class AdmissionControl:
             if held and (held + n > share * max_items
                          or nbytes + adds.bytes[svc] > share * max_bytes):
                 over.add(svc)
+            elif self._durability.past_share(svc, adds.bytes[svc], share):
+                over.add(svc)  # the spool's bytes it holds (``RowLoad``)
         return over
 
     def _logs(self, records: Sequence[HeldRecord]) -> str | None:

@@ -60,7 +60,9 @@ class AssemblyConfig:
     # resource's service.name) open; spans and bytes: the pending spans whose own resource
     # names it; log records: the pending records (held, or released with their trace and
     # not yet evaluated) whose resource names it, and the bytes of those held (a service
-    # holding none may send one request of any size).
+    # holding none may send one request of any size); and of store.spool_max_bytes: the
+    # requests spooled for its runs (open, or evaluated and waiting on a slow sink; a
+    # gateway's batch is charged to the services whose traces in it are not done).
     # Decided per trace, by the service that opens it (its root's when the request holds it,
     # else its first span's or record's): a service past a share opens no new trace; a
     # span or record of a trace open already is never refused for one (a run is never

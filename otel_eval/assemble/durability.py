@@ -64,6 +64,14 @@ class Durability:
     def refusal(self, nbytes: int) -> str | None:
         return self.spool.refusal(nbytes) if self.spool is not None else None
 
+    def past_share(self, service: str, nbytes: int, share: float) -> bool:
+        """Whether ``service``, holding spool bytes already, would hold more than ``share``
+        of ``spool_max_bytes`` with ``nbytes`` more (``max_service_share``)."""
+        if self.spool is None:
+            return False
+        held = self.spool.held_by(service)
+        return bool(held) and held + nbytes > share * self.spool.max_bytes
+
     def append(self, raw: bytes, trace_ids: set[str], signal: str,
                items: Collection[Span | HeldRecord] = (), sender: str = ""
                ) -> int | None:  # lock held
@@ -76,7 +84,8 @@ class Durability:
         try:
             return self.spool.append(raw, trace_ids, signal,
                                      runs={tid: run[:2] for tid, run in runs.items()},
-                                     runs_stored={tid for tid, run in runs.items() if run[2]})
+                                     runs_stored={tid for tid, run in runs.items() if run[2]},
+                                     items=items)
         except (sqlite3.Error, OSError):
             log.exception("spool write failed; refusing the request (the exporter retries)")
             self._metrics.spool.failed("append")

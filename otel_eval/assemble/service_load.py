@@ -10,13 +10,15 @@ it (``max_pending_log_records``, ``max_pending_log_bytes``), and then, released 
 (``LogEvent.service``), until the trace is finished (``max_pending_log_records`` only, as that
 budget counts it: a service whose runs ended while evaluation was behind held none and took
 the whole budget). An entry at zero is deleted, so there are never more entries than pending
-items.
+items. ``RowLoad``: who holds the spool's bytes (``max_service_share`` of
+``store.spool_max_bytes``), by the services of the traces each row still feeds.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from otel_eval.base.model import LogEvent, Span
@@ -69,3 +71,79 @@ def load_of(spans: Iterable[Span | HeldRecord]) -> ServiceLoad:
     load = ServiceLoad()
     load.add(spans)
     return load
+
+
+@dataclass(slots=True)
+class _Row:
+    traces: dict[str, set[str]]  # trace -> its services in the row, while pending there
+    pending: Counter[str]  # service -> its traces pending in the row (counts only fall)
+    order: list[str]  # the row's services; those before ``alive`` hold no pending trace
+    charged: Counter[str]  # what each service is charged for the row now
+    alive: int = 0
+
+
+class RowLoad:
+    """The spool's bytes per service.name (its share of ``spool_max_bytes``). A request's row
+    is charged to the services of its items, in proportion to their bytes; as a row stays
+    until its last trace is done, a service none of whose traces in it is pending any more
+    hands its charge to one that still has one (a gateway's batch kept by one service's
+    long run becomes that service's; an evaluated run's rows waiting on a slow sink stay its
+    service's). Linear in a row's items over its life. Rows a previous process left
+    (replayed at start) are charged to none."""
+
+    def __init__(self) -> None:
+        self.bytes: Counter[str] = Counter()
+        self._rows: dict[int, _Row] = {}
+
+    def add(self, row: int, nbytes: int, items: Iterable[Span | HeldRecord]) -> None:
+        traces: dict[str, set[str]] = {}
+        weights: Counter[str] = Counter()
+        for item in items:
+            svc = service_of(item)
+            traces.setdefault(item.trace_id, set()).add(svc)
+            weights[svc] += max(item.nbytes, 1)
+        if not traces:
+            return
+        total = sum(weights.values())
+        charged = Counter({svc: nbytes * w // total for svc, w in weights.items()})
+        # what integer division left, to the largest: the row's bytes exactly
+        charged[max(weights, key=weights.__getitem__)] += nbytes - sum(charged.values())
+        self._rows[row] = _Row(traces, Counter(s for v in traces.values() for s in v),
+                               list(weights), charged)
+        self.bytes.update(charged)
+
+    def done(self, row: int, trace_ids: Iterable[str]) -> None:
+        """These traces' pairs of ``row`` are gone (the row stays while others are not)."""
+        r = self._rows.get(row)
+        if r is None:
+            return
+        for tid in trace_ids:
+            for svc in r.traces.pop(tid, ()):
+                r.pending[svc] -= 1
+                if r.pending[svc]:
+                    continue
+                while r.alive < len(r.order) and not r.pending[r.order[r.alive]]:
+                    r.alive += 1
+                if r.alive < len(r.order):  # to a service whose traces still hold the row
+                    heir, amount = r.order[r.alive], r.charged.pop(svc, 0)
+                    r.charged[heir] += amount
+                    self.bytes[heir] += amount
+                    self._take(svc, amount)
+        if not r.traces:
+            self.drop(row)
+
+    def drop(self, row: int) -> None:
+        """The row is deleted."""
+        r = self._rows.pop(row, None)
+        if r is not None:
+            for svc, amount in r.charged.items():
+                self._take(svc, amount)
+
+    def clear(self) -> None:
+        self.bytes.clear()
+        self._rows.clear()
+
+    def _take(self, svc: str, amount: int) -> None:
+        self.bytes[svc] -= amount
+        if self.bytes[svc] <= 0:
+            del self.bytes[svc]

@@ -49,7 +49,9 @@ Promises:
   would be replayed and refused ``late``); a re-open ``append`` could not foresee (the
   run's sender joining a passing trace) is spooled again after;
 - bounded: ``refusal`` says ``spool_full`` while ``max_bytes`` (span and log requests alike)
-  are held, so receivers throttle both;
+  are held, so receivers throttle both; ``held_by``: the bytes per service.name
+  (``service_load.RowLoad``: a row is charged to the services of the traces it still
+  feeds), for admission's ``max_service_share`` of ``max_bytes``;
 - timers survive a restart: each request keeps the wall-clock time it was received at, and
   a replay hands its age to assembly, so a trace's grace and maximum duration count from
   when its spans came (its idle clock restarts with the process, and its maximum duration
@@ -92,6 +94,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from otel_eval.assemble import spool_file
+from otel_eval.assemble.service_load import RowLoad
 from otel_eval.assemble.spool_file import (
     CORRUPT_KEPT,
     SCHEMA_VERSION,
@@ -102,7 +105,9 @@ from otel_eval.assemble.spool_file import (
 )
 from otel_eval.assemble.spool_rows import Held, Replay, encoded, replay_one
 from otel_eval.base.configcheck import StartupError
+from otel_eval.base.model import Span
 from otel_eval.decode import otlp
+from otel_eval.decode.otlp_logs import HeldRecord
 from otel_eval.telemetry.metrics import SpoolMetrics
 
 # The spool's public names, wherever defined (``spool_file``, ``spool_rows``): imported from here.
@@ -151,6 +156,7 @@ class Spool:
         # -> trace -> (their rows, span ids, log records)
         self._runs: dict[int, dict[str, tuple[list[int], frozenset[str], int]]] = {}
         self.bytes = 0
+        self.load = RowLoad()  # the bytes per service (its share: ``max_service_share``)
         self._opened = False
 
     def open(self) -> Spool:
@@ -197,6 +203,7 @@ class Spool:
         self.carried.clear()
         self._foreign.clear()
         self.bytes = 0
+        self.load.clear()
 
     # --- what a previous process left -------------------------------------------------------
 
@@ -291,27 +298,32 @@ class Spool:
 
     def append(self, body: bytes, trace_ids: Collection[str], signal: str = "traces",
                carried: Collection[str] = (), runs: Held | None = None,
-               runs_stored: Collection[str] = ()) -> int:
+               runs_stored: Collection[str] = (),
+               items: Collection[Span | HeldRecord] = ()) -> int:
         """Write a request (``signal``: traces | logs) and the traces it feeds, in one
         transaction; returns its row id. ``carried``: the traces whose pairs hold what a
         stored revision of them held (a re-open's re-spooled spans). ``runs``: the released
         runs the request re-opens (``TraceAssembler.reopens``), what they hold written in the
         same transaction (a row per signal; ``carried`` for ``runs_stored``), so the request
         is never acknowledged without them (a crash would replay its spans alone, refused
-        ``late``); ``settle`` keeps them for the traces that re-opened so. Raises
+        ``late``); ``settle`` keeps them for the traces that re-opened so. ``items``: what the
+        request holds, its row charged to their services (``RowLoad``). Raises
         ``sqlite3.Error`` / ``OSError`` when it could not be written (then none is)."""
         assert signal in SIGNALS, signal
         rows = [(body, list(trace_ids), signal, carried)]
+        held = [items]
         if runs:
             rows += [(b, tids, sig, runs_stored) for sig, tids, b in encoded(runs, list(runs))]
+            held += [_items(runs, tids, sig) for _, tids, sig, _ in rows[1:]]
         written: list[int] = []
         with self._lock, transaction(self._db) as cur:
             for raw, tids, sig, marked in rows:
                 written.append(self._insert(cur, raw, tids, sig, marked))
         with self._lock:
-            for rid, (raw, tids, _, _) in zip(written, rows, strict=True):
+            for rid, (raw, tids, _, _), its in zip(written, rows, held, strict=True):
                 self._requests[rid] = _Request(len(raw), len(tids))
                 self.bytes += len(raw)
+                self.load.add(rid, len(raw), its)
             if runs:
                 self._runs[written[0]] = {
                     tid: ([rid for rid, row in zip(written[1:], rows[1:], strict=True)
@@ -394,7 +406,7 @@ class Spool:
                  carried: Collection[str]) -> None:
         """Re-opened traces: what they held, re-encoded, a row per signal."""
         for signal, tids, body in encoded(held, reopened):
-            again = self.append(body, tids, signal, carried)
+            again = self.append(body, tids, signal, carried, items=_items(held, tids, signal))
             with self._lock:
                 for tid in tids:
                     self._traces[tid].append((again, accepted[tid]))
@@ -447,16 +459,26 @@ class Spool:
                     self._traces[tid] = keep
                 else:
                     self._traces.pop(tid, None)
+            by_row: dict[int, list[str]] = {}
+            for rid, tid in pairs:
+                by_row.setdefault(rid, []).append(tid)
             for rid, n in decrements.items():
                 if rid in self._requests:
                     self._requests[rid].pending -= n
+                    self.load.done(rid, by_row[rid])
             for rid in done:
                 self.bytes -= self._requests.pop(rid).nbytes
+                self.load.drop(rid)
 
     # --- plumbing ----------------------------------------------------------------------------
 
     def _report(self) -> None:
         self.metrics.held(len(self._requests), self.bytes)
+
+    def held_by(self, service: str) -> int:
+        """The bytes held for ``service`` (``RowLoad``)."""
+        with self._lock:
+            return self.load.bytes[service]
 
     def held(self) -> tuple[int, int]:
         """(requests, bytes) held."""
@@ -469,3 +491,7 @@ class Spool:
                 self._db.close()
 
 
+def _items(held: Held, trace_ids: list[str], signal: str) -> list[Span | HeldRecord]:
+    """What ``held`` holds of ``trace_ids`` for a row of ``signal``."""
+    k = 0 if signal == "traces" else 1
+    return [item for tid in trace_ids for item in held[tid][k]]

@@ -33,6 +33,7 @@ class StoreConfig:
     spool_path: str = ""
     # Bytes of requests held in the spool (accepted, not yet evaluated). Past it the receivers
     # throttle (reason `spool_full`; gRPC RESOURCE_EXHAUSTED, HTTP 429) and exporters retry.
+    # One service's share of it: assembly.max_service_share (throttle reason `service_share`).
     spool_max_bytes: int = 512 * 1024 * 1024
     # fsync every spooled request: survives power loss too, not only a crash of the process.
     spool_fsync: bool = False

@@ -507,3 +507,22 @@ def test_a_run_whose_callee_span_was_refused_for_a_share_is_not_judged_whole(
         assert stored["status"] == "truncated"
         assert h.sample("otel_eval_assembly_traces_released_total", status="truncated",
                         reason="service_share") == 1
+
+
+def test_one_service_cannot_fill_the_spool_for_the_others(tmp_path: Path) -> None:
+    """The spool had no share: one service's runs, within their shares of the slots and of
+    the pending spans and bytes, held every byte of `spool_max_bytes` (open, or evaluated
+    and waiting on a slow sink), and every other service's exports were refused
+    (`spool_full`). Past its share of the spool a service opens no new trace
+    (`service_share`); the others' runs are still taken."""
+    with running_service(tmp_path, **{"assembly.max_service_share": 0.5,
+                                      "store.spool_max_bytes": 200_000}) as h:
+        for i in range(12):
+            _send(h, _trace(i, 1, "noisy", payload="x" * 20_000))
+        assert _throttled(h, "service_share") > 0
+        assert _send(h, _trace(50, 1, "quiet", payload="x" * 20_000)) is None
+        assert _throttled(h, "spool_full") == 0
+        batch = _trace(60, 1, "noisy", payload="x" * 20_000) + _trace(61, 1, "quiet")
+        resp, err = _raw_export(h, encode.encode_spans(batch).SerializeToString())
+        assert err is None and resp is not None
+        assert resp.partial_success.rejected_spans == 1  # the noisy one's new run only
