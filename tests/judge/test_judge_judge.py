@@ -206,6 +206,34 @@ def test_rubric_generated_once_per_task_and_cached_in_sqlite(llm: FakeLLM,
     assert rows == [(rubric_key("airline-7", None), "openai/gpt-4o-mini")]
 
 
+def test_two_services_tasks_of_one_id_get_their_own_criteria(llm: FakeLLM,
+                                                             tmp_path: Path) -> None:
+    """Task ids are each team's own ("1", "refund-7"): two services on one otel-eval may use
+    the same id for two different tasks. The rubric cache was keyed by the task id alone, so
+    the second service's run was checked against criteria written for the first one's task
+    (and its verdicts stored as its own)."""
+    llm.by_schema({
+        "rubric_generate_grade": good({"criteria": [{"id": "c1", "criterion": "Cancels"}]}),
+        "rubric_verify_grade": good({"results": [{"id": "c1", "reasoning": "step 3",
+                                                  "fulfilled": True}]})})
+    judge = Judge(config(llm.api_base, enabled=("rubric",)),
+                  rubric_cache=SqliteRubricCache(str(tmp_path / "store.db")))
+    airline = evaluation(task_id="7")
+    airline.trajectory.service = "airline"
+    hotel = evaluation(task_id="7", trace_id="9" * 32)
+    hotel.trajectory.service = "hotel"
+    hotel.trajectory.input = "Book a room in Lisbon for two nights."
+    assert run(judge, airline)["judges"]["rubric"]["cache"] == "miss"
+    second = run(judge, hotel)["judges"]["rubric"]
+    assert (second["cache"], second["calls"]) == ("miss", 2), second
+    asked = [r for r in llm.requests
+             if r["response_format"]["json_schema"]["name"] == "rubric_generate_grade"]
+    assert len(asked) == 2 and "Lisbon" in asked[1]["messages"][-1]["content"]
+    again = evaluation(task_id="7", trace_id="8" * 32)  # the same service's task: a hit
+    again.trajectory.service = "airline"
+    assert run(judge, again)["judges"]["rubric"]["cache"] == "hit"
+
+
 def test_a_rubric_cache_that_cannot_be_written_costs_no_judgement(llm: FakeLLM,
                                                                   tmp_path: Path) -> None:
     """The cache is an economy: a write it refuses (a full disk, a read-only file) raised

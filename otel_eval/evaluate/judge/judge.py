@@ -240,9 +240,10 @@ class Judge:
 
     async def _rubric(self, evaluation: Evaluation, rendered: Rendered,
                       collector: Collector) -> None:
-        """J_r (criteria from the task input, cached per task) then J_v (check them)."""
+        """J_r (criteria from the task input, cached per task of a service) then J_v (check
+        them)."""
         t = evaluation.trajectory
-        key = rubric_key(t.task_id, t.input)
+        key = rubric_key(t.task_id, t.input, t.service)
         if key is None:
             collector.skipped("rubric", "no_task_input")
             return

@@ -1,13 +1,15 @@
 """Per-task rubric criteria cache (J_r output reused by J_v): in memory or SQLite.
 
-Key: ``task:<sha256 of the task id>`` or ``input:<sha256 of the task input>`` (``rubric_key``):
-span content sets both, so a key is of a fixed length whatever they hold. Entries older than
-``ttl_s`` (wall clock, since they outlive the process) are ignored and regenerated, and deleted
-at the next write. Bounded as the other caches: at most ``MAX_RUBRICS`` entries (past it the
-oldest written go), each of at most ``MAX_ENTRY_CHARS`` of criteria JSON (a larger one is used,
-not kept): every task id a sender makes up is a new entry. A cache file that refuses a read or
-a write (a full disk, a read-only file, a lock held past the busy timeout) is a miss, or an
-entry not kept, logged: never a judgement lost (its calls are made and paid).
+Key: ``task:<sha256 of the service and task id>`` or ``input:<sha256 of the task input>``
+(``rubric_key``): span content sets both, so a key is of a fixed length whatever they hold.
+A task id is its service's own (two teams' task "7" are two tasks); the input is the task.
+Entries older than ``ttl_s`` (wall clock, since they outlive the process) are ignored and
+regenerated, and deleted at the next write. Bounded as the other caches: at most
+``MAX_RUBRICS`` entries (past it the oldest written go), each of at most ``MAX_ENTRY_CHARS``
+of criteria JSON (a larger one is used, not kept): every task id a sender makes up is a new
+entry. A cache file that refuses a read or a write (a full disk, a read-only file, a lock held
+past the busy timeout) is a miss, or an entry not kept, logged: never a judgement lost (its
+calls are made and paid).
 """
 
 from __future__ import annotations
@@ -35,9 +37,13 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def rubric_key(task_id: str | None, task_input: str | None) -> str | None:
+def rubric_key(task_id: str | None, task_input: str | None,
+               service: str | None = None) -> str | None:
+    """The cache key of a run's task: its id within its ``service`` (``service.name``), else
+    its input text; None without either."""
     if task_id:
-        return "task:" + _sha256(task_id)
+        # a service's ids are its own: one service's "7" is not another's
+        return "task:" + _sha256(task_id if service is None else f"{service}\x00{task_id}")
     if task_input:
         return "input:" + _sha256(task_input)
     return None
