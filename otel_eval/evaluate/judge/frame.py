@@ -6,13 +6,16 @@ view (``render``: a ``[step N]`` line opens each step; ``session``: a ``Turn N``
 turn), the request line (``prompting``: which judges answer, for which steps) and the line
 announcing the reply's shape. Every such line starts with one of ``OPENERS``. Span text
 (and what the model wrote from it: rubric criteria) is placed between them; a line of it
-that starts like one of them, after blanks, at any line break a model may read as one
+that starts like one of them, after blanks (any whitespace or invisible format character: a
+no-break or zero-width space), at any line break a model may read as one
 (``\\r``, U+2028 ...), gets a backslash before it (``escape``): span content cannot write a
 heading, a step or turn, a request or a reply shape the judge would read as the prompt's.
 tests/judge/test_judge_frame.py builds every request and checks each line of its frame.
 """
 
 from __future__ import annotations
+
+import unicodedata
 
 HEADING = "#"  # a heading of the prompt (the templates')
 STEP_HEADER = "[step "  # opens a step of the run (``render``)
@@ -32,9 +35,19 @@ OPENERS = (HEADING, STEP_HEADER, TURN_HEADER, ANSWER, SCORE_STEPS, TURNS_TO_GRAD
            REPLY_SHAPE.partition(" of this shape")[0])
 
 
+def _body(line: str) -> str:
+    """``line`` after its leading blanks: any whitespace (a no-break, em or ideographic
+    space as well as a space or tab) and invisible format characters (a zero-width space, a
+    BOM), which a model reads through as it does a space."""
+    i = 0
+    while i < len(line) and (line[i].isspace() or unicodedata.category(line[i]) == "Cf"):
+        i += 1
+    return line[i:]
+
+
 def opens(line: str) -> bool:
     """Whether ``line`` starts (after blanks) like a line of the frame."""
-    return line.lstrip(" \t").startswith(OPENERS)
+    return _body(line).startswith(OPENERS)
 
 
 def escape(text: str, continued: bool = False) -> str:
@@ -47,7 +60,7 @@ def escape(text: str, continued: bool = False) -> str:
     lines = text.splitlines(keepends=True)
     for i in range(1 if continued else 0, len(lines)):
         line = lines[i]
-        body = line.lstrip(" \t")
+        body = _body(line)
         if body.startswith(OPENERS):
             lines[i] = line[:len(line) - len(body)] + "\\" + body
     return "".join(lines)
