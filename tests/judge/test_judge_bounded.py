@@ -351,3 +351,63 @@ def test_a_chinese_prompt_is_measured_as_its_characters_not_their_json_escapes(
     r = asyncio.run(c.call(messages, trace_schema(), "trace"))
     assert (r.status, r.usage_implausible) == ("ok", 1), r.error
     assert n < r.input_tokens < 1.2 * n
+
+
+def _long_run(llm_steps: int) -> Any:
+    """The fixture's run with ``llm_steps`` LLM calls, each followed by its tool call."""
+    from judge_fixtures import evaluation
+
+    from otel_eval.base.steps import Step
+
+    ev = evaluation()
+    agent, llm, tool = ev.trajectory.steps[0], ev.trajectory.steps[1], ev.trajectory.steps[2]
+    steps = [agent]
+    for n in range(llm_steps):
+        i = len(steps)
+        steps.append(Step(i, f"{i:016x}", agent.span_id, "llm", llm.name, node=llm.node,
+                          depth=1, model=llm.model, input_tokens=3000, output_tokens=20,
+                          input_text=llm.input_text, output_text=llm.output_text))
+        steps.append(Step(i + 1, f"{i + 1:016x}", agent.span_id, "tool", tool.name,
+                          node=tool.node, depth=1, tool_name=tool.tool_name,
+                          arguments={"id": f"R{n}"}, result=f'{{"n": {n}}}'))
+    ev.trajectory.steps = steps
+    ev.trajectory.span_count = len(steps)
+    return ev
+
+
+@pytest.mark.parametrize("combined", [True, False])
+def test_a_long_runs_step_grades_are_asked_in_replies_that_fit_the_output_limit(
+        combined: bool) -> None:
+    """Steps go in chunks "(the reply must fit the output limit)", all in one call "when they
+    fit": at the defaults (60 steps a call, 4,096 output tokens, combined step + process) the
+    first call of a run of 60 LLM steps asked for a reply of about 11,000 tokens with one
+    sentence a text (6,300 with none): cut at max_tokens, it was invalid JSON, asked again
+    whole for a repair, and the run's step, process, trace and outcome grades were all
+    ``parse_error``, paid twice. Each call now asks for no more steps than its reply holds."""
+    from otel_eval.evaluate.judge import Judge
+    from otel_eval.evaluate.judge.llm import litellm
+    from otel_eval.evaluate.judge.schemas import PROCESS_DIMENSIONS
+
+    judge = Judge(config(combined=combined))
+    ev = _long_run(60)
+    requests = judge.requests(ev)
+    sentence = "The agent looked up the reservation as the user asked, citing step 3."
+    graded: dict[str, list[int]] = {"step": [], "process": []}
+    for r in requests:
+        steps = [s.index for s in r.steps]
+        reply: dict[str, Any] = {}
+        if "step" in r.parts:
+            reply["steps"] = [{"step": i, "critique": sentence, "score": 0.5} for i in steps]
+            graded["step"] += steps
+        if "process" in r.parts:
+            reply["turns"] = [{"turn": i, "stage": "tool_invocation", **{
+                d: {"reasoning": sentence, "score": 0.6} for d in PROCESS_DIMENSIONS}}
+                for i in steps]
+            graded["process"] += steps
+        for part, key in (("trace", "critique"), ("outcome", "reasoning")):
+            if part in r.parts:
+                reply[part] = {key: sentence * 2, "score": 0.5}
+        tokens = litellm.token_counter(model="openai/gpt-4o-mini", text=json.dumps(reply))
+        assert tokens <= judge.config.max_output_tokens, (r.name, len(steps), tokens)
+    every = sorted(set(graded["step"]))
+    assert len(every) == 60 and sorted(graded["step"]) == sorted(graded["process"]) == every

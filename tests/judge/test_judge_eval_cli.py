@@ -142,11 +142,13 @@ def test_a_result_cut_to_max_result_bytes_keeps_its_judge_within_the_bound(
         llm: FakeLLM, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The result was cut before the judge was set, and printed as cut: without its judge
     # (and its findings, never cut, were over the bound by themselves). One judge call
-    # (max_steps_per_call 1000): this is about the stored result, not the chunks
+    # (max_steps_per_call 1000, and an output limit their grades fit in): this is about the
+    # stored result, not the chunks
     llm.route = _scripted
     limit = 64 * 1024
     (tmp_path / "c.yaml").write_text(f"trajectory:\n  max_result_bytes: {limit}\n"
-                                     "judge:\n  max_retries: 0\n  max_steps_per_call: 1000\n")
+                                     "judge:\n  max_retries: 0\n  max_steps_per_call: 1000\n"
+                                     "  max_output_tokens: 1000000\n")
     code = main(["eval", str(_failing_trace_file(tmp_path, 400)), "--format", "jsonl",
                  "--config", str(tmp_path / "c.yaml"), "--judge", "openai/gpt-4o-mini",
                  "--judge-api-base", llm.api_base])
@@ -184,7 +186,8 @@ def test_eval_judge_predicts_again_from_the_run_as_read_before_its_result_was_cu
                 tmp_path / "m.json")
     llm.route = _scripted
     (tmp_path / "c.yaml").write_text("trajectory:\n  max_result_bytes: 65536\n"
-                                     "judge:\n  max_retries: 0\n  max_steps_per_call: 1000\n")
+                                     "judge:\n  max_retries: 0\n  max_steps_per_call: 1000\n"
+                                     "  max_output_tokens: 1000000\n")
     traces = _failing_trace_file(tmp_path, 400)
     common = ["eval", str(traces), "--format", "jsonl", "--config", str(tmp_path / "c.yaml"),
               "--model", str(tmp_path / "m.json")]

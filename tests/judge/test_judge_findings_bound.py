@@ -64,7 +64,8 @@ def test_a_long_failing_runs_requests_are_bounded_in_number_and_size() -> None:
     judge = Judge(config())
     reqs = judge.requests(Evaluation(t, findings, verdict))
     c = judge.config
-    assert len(reqs) == math.ceil(calls / c.max_steps_per_call)
+    per_call = max(len(r.steps) for r in reqs)  # as many as a reply holds (prompting)
+    assert per_call <= c.max_steps_per_call and len(reqs) == math.ceil(calls / per_call)
     # a request: the view (steps up to max_trajectory_chars, task and final output up to
     # max_task_chars each, the listed findings) and the instructions; before, each carried
     # all the findings (~380 KB here, 2.5 MB at 5,000 calls)

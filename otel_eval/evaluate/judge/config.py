@@ -191,7 +191,9 @@ class JudgeConfig:
     # One structured call per trace carrying the step, trace, process and outcome scores
     # (rubric stays separate). Default True: ~4x fewer prompt tokens than separate calls.
     combined: bool = True
-    # LLM steps scored per step-judge call (all in one call when they fit). Default 60.
+    # LLM steps scored per step-judge call (all in one call when they fit), at most; fewer
+    # when their grades would not fit max_output_tokens (about 48 tokens a step's, 192 a
+    # turn's: judge.prompting.REPLY_TOKENS). Default 60.
     max_steps_per_call: int = 60
     # Dual-threshold pass: outcome >= tau_task and process >= tau_process (0-1). ClawTrack
     # evaluates at 0.6 process. Defaults 0.5 / 0.6.

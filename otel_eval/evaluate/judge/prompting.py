@@ -34,6 +34,13 @@ from otel_eval.evaluate.judge.render import Rendered, StepRef
 from otel_eval.evaluate.judge.templates import Prompts, schema_text
 
 PART_ORDER = ("step", "process", "trace", "outcome")  # parts a combined call may carry
+# Reply tokens a call asks for: per step of a stepwise part (a step's grade: its critique and
+# score; a turn's: its stage and four reasonings and scores) and per whole part (trace,
+# outcome). A step's grade with a one-sentence critique is 38 tokens (o200k), a turn's
+# with a sentence a dimension 161 (85 with none): a step of a combined call is ~200, so 60
+# of them (11,000 tokens) were cut at the default max_output_tokens of 4,096, twice.
+REPLY_TOKENS = {"step": 48, "process": 192}
+WHOLE_REPLY_TOKENS = 192
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,20 +158,37 @@ def combined(prompts: Prompts, rendered: Rendered, parts: tuple[str, ...],
     return Request("combined", parts, messages, schema, steps, _check(parts, steps))
 
 
+def steps_per_call(stepwise: tuple[str, ...], whole: tuple[str, ...], max_steps: int,
+                   max_output_tokens: int | None) -> int:
+    """Steps one call asks ``stepwise`` grades for: at most ``max_steps``, and no more than
+    a reply of ``max_output_tokens`` holds beside the ``whole`` parts' (``REPLY_TOKENS``);
+    at least one."""
+    if max_output_tokens is None or not stepwise:
+        return max_steps
+    room = max_output_tokens - WHOLE_REPLY_TOKENS * len(whole)
+    return max(1, min(max_steps, room // sum(REPLY_TOKENS[p] for p in stepwise)))
+
+
+def _chunks(steps: tuple[StepRef, ...], size: int) -> list[tuple[StepRef, ...]]:
+    return [steps[i:i + size] for i in range(0, len(steps), size)] or [()]
+
+
 def plan(prompts: Prompts, rendered: Rendered, parts: tuple[str, ...], combine: bool,
-         max_steps_per_call: int, shape: bool = True) -> Iterator[Request]:
+         max_steps_per_call: int, shape: bool = True,
+         max_output_tokens: int | None = None) -> Iterator[Request]:
     """The calls for step / process / trace / outcome ``parts`` (rubric is separate), built
     one at a time as they are taken: each carries the whole view, so a caller that sends as
     it goes holds only the requests in flight.
 
-    Steps and turns go in chunks of ``max_steps_per_call`` (the reply must fit the output
-    limit); in combined mode the first chunk rides with the trace and outcome parts."""
+    Steps and turns go in chunks of ``max_steps_per_call``, fewer when their reply would not
+    fit ``max_output_tokens`` (``steps_per_call``: a reply cut at the limit is no JSON); in
+    combined mode the first chunk rides with the trace and outcome parts."""
     stepwise = tuple(p for p in ("step", "process") if p in parts)
     whole = tuple(p for p in ("trace", "outcome") if p in parts)
     steps = rendered.steps if stepwise else ()
-    chunks = [steps[i:i + max_steps_per_call] for i in range(0, len(steps),
-                                                             max_steps_per_call)] or [()]
     if combine:
+        chunks = _chunks(steps, steps_per_call(stepwise, whole, max_steps_per_call,
+                                               max_output_tokens))
         for n, chunk in enumerate(chunks):
             chunk_parts = (stepwise if chunk else ()) + (whole if n == 0 else ())
             if len(chunk_parts) == 1:
@@ -173,7 +197,9 @@ def plan(prompts: Prompts, rendered: Rendered, parts: tuple[str, ...], combine: 
                 yield combined(prompts, rendered, chunk_parts, chunk, shape)
         return
     for part in stepwise:
-        yield from (single(prompts, rendered, part, chunk, shape) for chunk in chunks if chunk)
+        size = steps_per_call((part,), (), max_steps_per_call, max_output_tokens)
+        yield from (single(prompts, rendered, part, chunk, shape)
+                    for chunk in _chunks(steps, size) if chunk)
     yield from (single(prompts, rendered, part, (), shape) for part in whole)
 
 
