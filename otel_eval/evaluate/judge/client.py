@@ -364,7 +364,7 @@ class JudgeClient:
         c = self.config
         kwargs: dict[str, Any] = {
             "model": c.model, "messages": messages, "temperature": c.temperature,
-            "max_tokens": c.max_output_tokens, "timeout": c.timeout_s,
+            "max_tokens": c.output_tokens, "timeout": c.timeout_s,
             # retries are ours (Retry-After, budget, status); none inside litellm / openai
             "num_retries": 0, "max_retries": 0,
         }
@@ -412,7 +412,7 @@ class JudgeClient:
                 if read.cut:  # not retried nor repaired: the next reply would be as long
                     # billed all the same: the prompt, and a reply of at least the bound
                     self._account_unread(request, result, min(
-                        c.max_output_tokens, math.ceil(c.max_reply_bytes / CHARS_PER_TOKEN)))
+                        c.output_tokens, math.ceil(c.max_reply_bytes / CHARS_PER_TOKEN)))
                     result.status = "parse_error"
                     result.error = (f"the reply is over max_reply_bytes {c.max_reply_bytes} "
                                     "(not read further)")
@@ -472,7 +472,7 @@ class JudgeClient:
         tin = plausible_tokens(getattr(usage, "prompt_tokens", None), 2 * sent + _FRAMING,
                                floor=1)
         tout = plausible_tokens(getattr(usage, "completion_tokens", None),
-                                2 * max(c.max_output_tokens, reply_bytes(text)) + _FRAMING)
+                                2 * max(c.output_tokens, reply_bytes(text)) + _FRAMING)
         reported = tin is not None and tout is not None
         if tin is None or tout is None:
             result.usage_implausible += 1

@@ -133,6 +133,12 @@ def _model_problems(model: str) -> dict[str, str] | None:
     return {"model": f"provider {provider!r} is not supported: {why}"} if why else None
 
 
+# max_output_tokens 0: the model's own limit up to this (a 60-step combined reply is ~14,800
+# tokens: prompting.REPLY_TOKENS), or this when litellm's map does not know the model
+AUTO_OUTPUT_TOKENS = 16_384
+UNKNOWN_OUTPUT_TOKENS = 4_096
+
+
 @dataclass(frozen=True)
 class JudgeConfig:
     # litellm model string ("openai/gpt-4o-mini", "anthropic/claude-3-5-haiku-latest",
@@ -142,8 +148,11 @@ class JudgeConfig:
     api_base: str = ""
     # Sampling temperature of judge calls, >= 0. Default 0.0 (repeatable grades).
     temperature: float = 0.0
-    # Largest completion per judge call, tokens. Default 4096.
-    max_output_tokens: int = 4096
+    # Largest completion per judge call, tokens; a call asks for no more step grades than
+    # fit (see max_steps_per_call). 0 = the model's own limit in litellm's packaged map, at
+    # most 16,384, else 4,096 (judge.llm.output_limit: the map read, no server asked).
+    # Default 0.
+    max_output_tokens: int = 0
     # Largest reply text used, bytes (UTF-8); a longer one is a `parse_error`, not parsed nor
     # sent back for repair. With the `openai` provider (`openai/<model>`, any api_base),
     # those litellm sends through the openai SDK (litellm_proxy, perplexity, cerebras,
@@ -223,6 +232,15 @@ class JudgeConfig:
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
 
     @property
+    def output_tokens(self) -> int:
+        """The completion limit a call asks for: ``max_output_tokens``, or when 0 the
+        model's own (litellm's map), at most ``AUTO_OUTPUT_TOKENS``, else 4,096."""
+        if self.max_output_tokens:
+            return self.max_output_tokens
+        from otel_eval.evaluate.judge.llm import output_limit  # litellm: imported when judged
+        return min(output_limit(self.model) or UNKNOWN_OUTPUT_TOKENS, AUTO_OUTPUT_TOKENS)
+
+    @property
     def active(self) -> bool:
         """A model is set and the judge is not switched off: traces get judged."""
         return bool(self.model and self.enabled)
@@ -231,7 +249,7 @@ class JudgeConfig:
         shares = ("tau_task", "tau_process", "low_score_threshold")
         validate(self, minimum={
             **dict.fromkeys(shares, 0), "max_concurrency": 1, "queue_size": 1,
-            "max_queue_bytes": 1, "max_steps_per_call": 1, "max_retries": 0, "max_output_tokens": 1,
+            "max_queue_bytes": 1, "max_steps_per_call": 1, "max_retries": 0, "max_output_tokens": 0,
             "max_reply_bytes": 1,
             "temperature": 0, "backoff_initial_s": 0, "backoff_max_s": 0,
             "requests_per_min": 0, "tokens_per_min": 0, "max_cost_usd_per_hour": 0,

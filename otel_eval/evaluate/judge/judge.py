@@ -116,7 +116,7 @@ class Judge:
         parts = self._parts(evaluation, rendered)
         reqs = prompting.plan(self.prompts, rendered, tuple(p for p, why in parts if not why),
                               self.config.combined, self.config.max_steps_per_call,
-                              self.shape_in_prompt, self.config.max_output_tokens)
+                              self.shape_in_prompt, self.config.output_tokens)
         return map(self.redacted, reqs)
 
     def redacted(self, request: Request) -> Request:

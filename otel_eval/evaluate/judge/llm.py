@@ -16,6 +16,7 @@ Promises, whatever the importer:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 
@@ -98,8 +99,22 @@ def pin_model_info(model: str, input_cost_per_token: float,
         "cache_creation_input_token_cost": 0.0, "cache_read_input_token_cost": 0.0}})
 
 
-__all__ = ["PLACEHOLDER_API_KEY", "litellm", "missing_credentials", "pin_model_info",
-           "redact_secrets"]
+@functools.lru_cache(maxsize=64)
+def output_limit(model: str) -> int | None:
+    """The largest completion litellm's packaged map gives ``model`` (``max_output_tokens``,
+    under the model's name with or without its provider), or None: the map read, no server
+    asked (``get_model_info`` would ask Ollama's)."""
+    names = (model, model.partition("/")[2])
+    for name in filter(None, names):
+        row = litellm.model_cost.get(name) or litellm.model_cost.get(name.lower())
+        limit = row.get("max_output_tokens") if isinstance(row, dict) else None
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            return limit
+    return None
+
+
+__all__ = ["PLACEHOLDER_API_KEY", "litellm", "missing_credentials", "output_limit",
+           "pin_model_info", "redact_secrets"]
 
 # Sent as the key to an OpenAI-compatible server at ``api_base`` when no key is configured:
 # local servers (vLLM, llama.cpp, Ollama's /v1) ignore it, but the openai client refuses to
