@@ -252,3 +252,56 @@ def test_many_traces_release_in_deadline_order() -> None:
         a.add([span(tid, 1)], now=i * 0.01)
     out = a.tick(10 + 5)
     assert [t.trace_id for t in out] == ids[:501]
+
+
+def _of(service: str, sid: int, parent: int | None, remote: bool | None,
+        end: int = 2, trace: str = T1) -> Span:
+    return Span(trace, f"{sid:016x}", f"{parent:016x}" if parent is not None else None,
+                f"s{sid}", 1, end, parent_remote=remote, resource={"service.name": service})
+
+
+def test_a_remote_agent_that_answered_does_not_end_the_run_that_called_it() -> None:
+    """A distributed run: the orchestrator (service ``orch``) calls an agent in service
+    ``agent``. The agent's entry span (its parent, the orchestrator's client span, flagged
+    remote) has ended and arrived with the orchestrator's first children, whose parent is
+    the orchestrator's root, still running (flagged local). The remote agent's end is not the
+    run's: the run was released ``complete`` after grace, judged whole while its root and the
+    rest of its work were still to come; an orchestrator that hung after its remote agent
+    answered was a completed run, never a non-terminated one."""
+    a = TraceAssembler(CFG)
+    a.add([_of("orch", 2, 1, False), _of("agent", 5, 3, True)], now=0)
+    assert a.tick(10) == [] and a.tick(179.9) == []
+    [t] = a.tick(180)  # the orchestrator's root never came: it hung
+    assert (t.trace_id, t.status, t.release_reason) == (T1, "incomplete", "idle_timeout")
+    # another run whose orchestrator's client span and root come: it ends, grace after them
+    a.add([_of("orch", 2, 1, False, trace=T2), _of("agent", 5, 3, True, trace=T2)], now=1000)
+    assert a.tick(1010) == []
+    a.add([_of("orch", 3, 1, False, end=8, trace=T2), _of("orch", 1, None, None, end=9,
+                                                            trace=T2)], now=1060)
+    assert a.tick(1069.9) == []
+    [t] = a.tick(1070)
+    assert (t.status, t.release_reason, len(t.spans)) == ("complete", "root_ended", 4)
+
+
+def test_a_run_whose_remote_agent_answered_resumes_unjudged_and_ends_incomplete_at_eof(
+        ) -> None:
+    """A restart longer than idle_timeout_s reports no such run as non-terminated (its idle
+    clock restarts, as a run whose root has not ended); at the end of a file it is
+    ``incomplete`` (its root never came), as live."""
+    a = TraceAssembler(CFG)
+    a.add([_of("orch", 2, 1, False), _of("agent", 5, 3, True)], now=0)
+    a.resume(now=1000)
+    assert a.tick(1010) == [] and a.tick(1179.9) == []
+    assert [(t.status, t.release_reason) for t in a.tick(1180)] == [
+        ("incomplete", "idle_timeout")]
+    a.add([_of("orch", 2, 1, False, trace=T2), _of("agent", 5, 3, True, trace=T2)], now=2000)
+    assert [t.status for t in a.release_all(now=2001, reason="eof")] == ["incomplete"]
+
+
+def test_a_lost_span_of_the_remote_entrys_own_service_still_ends_it_at_grace() -> None:
+    """otel-eval beside the called service only: its entry (parent flagged remote) ended; a
+    span whose local parent was lost is that service's own: the run ended, after grace."""
+    a = TraceAssembler(CFG)
+    a.add([_of("agent", 5, 3, True), _of("agent", 7, 6, False)], now=0)
+    [t] = a.tick(10)
+    assert (t.status, t.release_reason) == ("complete", "root_ended")

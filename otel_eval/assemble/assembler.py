@@ -8,9 +8,12 @@ A trace is released
                  ``release_oldest`` overflow policy, or when spans of it were refused for
                  their service's share (``cut``: reason ``service_share``) whatever else.
 The root is ``model.local_root``: a span without a parent, or whose parent the exporter flagged
-as remote, ends the run as soon as it ends; a root whose absent parent carries no flag (an
-exporter without span flags, called from an instrumented upstream) is recognised when the
-trace goes idle, and the trace is then released ``complete`` instead of ``incomplete``.
+as remote, ends the run as soon as it ends (not a called service's entry while a span of
+another service waits for an absent parent flagged local: the orchestrator whose remote agent
+answered goes on, due as a run whose root has not ended); a root whose absent parent
+carries no flag (an exporter without span flags, called from an instrumented upstream) is
+recognised when the trace goes idle, and the trace is then released ``complete`` instead of
+``incomplete``.
 
 GenAI events sent as OTLP log records (``add_logs``) join their trace whether they arrive
 before or after its spans: a record for an unknown trace opens it (it is released with the
@@ -559,13 +562,20 @@ class TraceAssembler:
                 heapq.heappush(heap, (tr.deadline, trace_id))
                 continue
             cut = now >= self._cut_at(tr)
+            upstream = tr.root_ended and _upstream_root_pending(tr)
+            if upstream and not cut and now < tr.last_seen + self.config.idle_timeout_s:
+                # a remote agent's entry ended, the run that called it goes on: due as a
+                # run whose root has not ended
+                tr.scheduled = tr.last_seen + self.config.idle_timeout_s
+                heapq.heappush(heap, (tr.scheduled, trace_id))
+                continue
             if not tr.spans and not tr.passed:  # (spans only passed on are released)
                 self._drop_logs_only(tr, now)
-            elif tr.root_ended:
+            elif tr.root_ended and not upstream:
                 out.append(self._release(tr, "complete", "root_ended", now))
             elif cut:
                 out.append(self._release(tr, "truncated", "max_duration", now))
-            elif _local_root_ended(tr):
+            elif not upstream and _local_root_ended(tr):
                 out.append(self._release(tr, "complete", "root_ended", now))
             else:
                 out.append(self._release(tr, "incomplete", "idle_timeout", now))
@@ -617,7 +627,7 @@ class TraceAssembler:
         for tr in self._open.values():
             tr.resumed_at = now
             tr.carried = tr.trace_id in carried
-            if not tr.root_ended and tr.last_seen < now:
+            if (not tr.root_ended or _upstream_root_pending(tr)) and tr.last_seen < now:
                 tr.last_seen = now
             self._reschedule(tr)
 
@@ -640,7 +650,7 @@ class TraceAssembler:
             if not t.spans:
                 self._drop_logs_only(t, now)
                 continue
-            ended = t.root_ended or _local_root_ended(t)
+            ended = (t.root_ended or _local_root_ended(t)) and not _upstream_root_pending(t)
             out.append(self._release(t, "complete" if ended else "incomplete", reason, now))
         return out
 
@@ -759,6 +769,21 @@ def _surely_ended(tr: _Open) -> bool:
     return (root is not None and root.end_ns > 0 and root.is_entry
             and all(s.parent_span_id is None or s.parent_span_id in spans
                     or s.parent_remote is True for s in spans.values()))
+
+
+def _upstream_root_pending(tr: _Open) -> bool:
+    """Whether the entry span that ended is a called service's, while the run that called it
+    goes on: the root is an entry with a remote parent, and a span of another service waits
+    for an absent parent its exporter flags local (that service's own root, still running:
+    an orchestrator whose remote agent answered). A span of the entry's own service waiting
+    so is one of its spans lost, not a run still going. O(spans), asked only when due."""
+    spans = tr.spans
+    root = local_root(list(spans.values()))
+    if root is None or root.parent_remote is not True:
+        return False
+    service = service_of(root)
+    return any(s.parent_remote is False and s.parent_span_id not in spans
+               and service_of(s) != service for s in spans.values())
 
 
 def _local_root_ended(tr: _Open) -> bool:
