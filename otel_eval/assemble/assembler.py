@@ -772,18 +772,12 @@ def _surely_ended(tr: _Open) -> bool:
 
 
 def _upstream_root_pending(tr: _Open) -> bool:
-    """Whether the entry span that ended is a called service's, while the run that called it
-    goes on: the root is an entry with a remote parent, and a span of another service waits
-    for an absent parent its exporter flags local (that service's own root, still running:
-    an orchestrator whose remote agent answered). A span of the entry's own service waiting
-    so is one of its spans lost, not a run still going. O(spans), asked only when due."""
-    spans = tr.spans
-    root = local_root(list(spans.values()))
-    if root is None or root.parent_remote is not True:
-        return False
-    service = service_of(root)
-    return any(s.parent_remote is False and s.parent_span_id not in spans
-               and service_of(s) != service for s in spans.values())
+    """Whether, an entry span having ended, the trace still has no root: a called service's
+    entry (parent flagged remote) while a span of another service waits for an absent parent
+    flagged local (that service's own root, still running: an orchestrator whose remote
+    agent answered; ``model.local_root``). A span of the entry's own service waiting so is
+    one of its spans lost, not a run still going. O(spans), asked only when due."""
+    return bool(tr.spans) and local_root(list(tr.spans.values())) is None
 
 
 def _local_root_ended(tr: _Open) -> bool:

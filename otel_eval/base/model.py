@@ -164,7 +164,10 @@ def local_root(spans: Sequence[Span]) -> Span | None:
     the earliest one when there are several (earliest start, then the longest), a span with no
     parent before every one with a remote parent: that one descends from a span upstream, so
     it starting first says only that its service's clock is behind (a trace received whole,
-    from every service: the trace's own root is the run's). Without one,
+    from every service: the trace's own root is the run's). Nor is an entry with a remote
+    parent the root while a span of another service waits for an absent parent its exporter
+    flags local: that service's own root, which has not come (an orchestrator still
+    running, or hung, after the agent it called there answered), is the run's. Without one,
     a span whose parent is absent and not known to be local (an exporter that sets no flags,
     e.g. a service called by an instrumented upstream) is the root when it encloses every
     other span in time: a real root does, while the first surviving child of a root that
@@ -179,9 +182,11 @@ def local_root(spans: Sequence[Span]) -> Span | None:
         elif span.parent_remote is True and (
                 remote is None or _start_then_longest(span) < _start_then_longest(remote)):
             remote = span
-    if best is not None or remote is not None or not spans:
-        return best or remote
+    if best is not None or not spans:
+        return best
     ids = {s.span_id for s in spans}
+    if remote is not None:
+        return None if _caller_pending(spans, ids, remote) else remote
     orphans = [s for s in spans if s.parent_span_id not in ids and s.parent_remote is None]
     if not orphans:
         return None
@@ -192,6 +197,14 @@ def local_root(spans: Sequence[Span]) -> Span | None:
     return None
 
 
+def _caller_pending(spans: Sequence[Span], ids: set[str], entry: Span) -> bool:
+    """Whether a span of a service other than ``entry``'s waits for an absent parent flagged
+    local (a span of its own service waiting so is one of its spans lost, not its caller)."""
+    service = entry.resource.get("service.name")
+    return any(s.parent_remote is False and s.parent_span_id not in ids
+               and s.resource.get("service.name") != service for s in spans)
+
+
 def run_span(spans: Sequence[Span]) -> Span | None:
     """The span a run's results are attached to: the ``gen_ai.evaluation.result`` records of
     the findings, the verdict and the judge, a failed evaluation's record, and the summary
@@ -199,14 +212,17 @@ def run_span(spans: Sequence[Span]) -> Span | None:
 
     1. ``local_root``: the earliest entry span (no parent, or a remote one), else an orphan
        that encloses every other span in time;
-    2. else the earliest span (earliest start, then the longest): a run whose root never
+    2. else the earliest span (earliest start, then the longest) that is not an entry with a
+       remote parent (one descends from a span upstream: its start before the others' says
+       only that its clock is behind), else the earliest span: a run whose root never
        arrived (killed before its root span ended, so it was never exported), or whose
        spans all hang under parents elsewhere;
     3. None when there are no spans.
     """
     root = local_root(spans)
     if root is None and spans:
-        root = min(spans, key=_start_then_longest)
+        local = [s for s in spans if s.parent_remote is not True or s.parent_span_id is None]
+        root = min(local or spans, key=_start_then_longest)
     return root
 
 

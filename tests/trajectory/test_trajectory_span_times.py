@@ -64,3 +64,29 @@ def test_a_downstream_service_on_a_clock_behind_is_not_the_run() -> None:
                          TrajectoryConfig())
     assert (t.service, t.root_span_id, t.run_span_id) == ("agent-svc", sid("agent"),
                                                          sid("agent"))
+
+
+def test_an_orchestrator_whose_root_never_came_is_not_its_remote_agents_run() -> None:
+    """An orchestrator hung (or was killed) after the agent it called in another service
+    answered: its root never came; its own spans wait for it (parent flagged local). The
+    called agent's entry span (parent flagged remote; its clock 2 s behind, so it starts
+    first) was taken for the run's root: the run was the research service's, its
+    non-termination reported on the research agent's span, which ended. The run has no root
+    here; it is the orchestrator's, whatever the order the spans came in."""
+    orch, research = {"service.name": "orch"}, {"service.name": "research"}
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}
+    call = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "researcher"}
+    spans = [
+        Span(TRACE_ID, sid("served"), sid("call"), "invoke_agent researcher", T - 2 * S,
+             T + 5 * S, kind="server", attributes=call, resource=research,
+             parent_remote=True),
+        Span(TRACE_ID, sid("b-chat"), sid("served"), "chat", T, T + 4 * S,
+             attributes=chat, resource=research, parent_remote=False),
+        Span(TRACE_ID, sid("a-chat"), sid("root"), "chat", T - S, T, attributes=chat,
+             resource=orch, parent_remote=False),
+        Span(TRACE_ID, sid("call"), sid("root"), "invoke_agent researcher", T, T + 8 * S,
+             kind="client", attributes=call, resource=orch, parent_remote=False),
+    ]
+    for order in (spans, spans[::-1]):
+        t = build_trajectory(Trace(TRACE_ID, order, "incomplete"), TrajectoryConfig())
+        assert (t.service, t.root_span_id, t.run_span_id) == ("orch", None, sid("a-chat"))

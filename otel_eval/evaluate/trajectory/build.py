@@ -374,9 +374,11 @@ def extent(spans: list[Span]) -> tuple[int, int]:
 
 
 def _service(root: Span | None, spans: list[Span]) -> str | None:
-    """``service.name`` of the root's resource, else of the first span that has one (the
-    SDK's default ``unknown_service[:exe]`` is none: ``base.service_name``)."""
-    for span in ([root] if root else []) + spans:
+    """``service.name`` of the root's resource, else of the run's span (``model.run_span``),
+    else of the first span that has one (the SDK's default ``unknown_service[:exe]`` is none:
+    ``base.service_name``)."""
+    first = root if root is not None else run_span(spans)
+    for span in ([first] if first else []) + spans:
         name = service_name(span.resource)
         if name is not None:
             return as_str(name)
