@@ -90,3 +90,30 @@ def test_an_orchestrator_whose_root_never_came_is_not_its_remote_agents_run() ->
     for order in (spans, spans[::-1]):
         t = build_trajectory(Trace(TRACE_ID, order, "incomplete"), TrajectoryConfig())
         assert (t.service, t.root_span_id, t.run_span_id) == ("orch", None, sid("a-chat"))
+
+
+def test_a_remote_agent_on_a_clock_behind_its_client_span_lost_is_not_the_runs_agent() -> None:
+    """The orchestrator's root arrived; the agent it called in another service has its entry
+    span (parent flagged remote) at the top level, its client span not in the trace, and its
+    clock 1 s behind, so it starts "before" the root. The root is the orchestrator's (its
+    service, its root span) but the run's agent was the called one: the top level was
+    ordered by start alone. A span with no parent comes before an entry from upstream, as
+    ``model.local_root`` orders them."""
+    orch, research = {"service.name": "orch"}, {"service.name": "research"}
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}
+    spans = [
+        Span(TRACE_ID, sid("root"), None, "invoke_agent orchestrator", T, T + 10 * S,
+             attributes={"gen_ai.operation.name": "invoke_agent",
+                         "gen_ai.agent.name": "orchestrator"}, resource=orch),
+        Span(TRACE_ID, sid("a-chat"), sid("root"), "chat", T + 8 * S, T + 9 * S,
+             attributes=chat, resource=orch, parent_remote=False),
+        Span(TRACE_ID, sid("served"), sid("call"), "invoke_agent researcher", T - S,
+             T + 2 * S, kind="server", resource=research, parent_remote=True,
+             attributes={"gen_ai.operation.name": "invoke_agent",
+                         "gen_ai.agent.name": "researcher"}),
+        Span(TRACE_ID, sid("b-chat"), sid("served"), "chat", T, T + S, attributes=chat,
+             resource=research, parent_remote=False),
+    ]
+    t = build_trajectory(Trace(TRACE_ID, spans, "complete"), TrajectoryConfig())
+    assert (t.service, t.root_span_id, t.agent) == ("orch", sid("root"), "orchestrator")
+    assert [s.span_id for s in t.steps][:2] == [sid("root"), sid("a-chat")]

@@ -8,7 +8,8 @@ output). Promises (the module docstring of ``build`` gives them for the whole st
 - spans repeating an earlier span id are dropped (the first one received is kept);
 - tree order: depth first, siblings by start time; a span whose parent is in the trace is
   under it, its parent remote (OTLP span flags) or not; entries (no parent, or a remote one
-  not in the trace) are the top level; orphans follow at top level in start order; spans
+  not in the trace) are the top level, those with no parent first; orphans follow at top
+  level in start order; spans
   caught in a parent cycle follow those;
 - each step is classified and its fields read by the convention readers
   (``conventions.read_span``), GenAI events (log records, span events) read as attributes of
@@ -102,7 +103,9 @@ def tree_order(spans: list[Span]) -> list[tuple[Span, int]]:
             orphans.append(span)
     for group in children.values():
         group.sort(key=_start)
-    tops.sort(key=_start)
+    # a span with no parent before an entry from upstream (``model.local_root``): one
+    # starting first says only that its service's clock is behind
+    tops.sort(key=lambda s: (s.parent_span_id is not None, s.start_ns))
     orphans.sort(key=_start)
     out: list[tuple[Span, int]] = []
     visited: set[str] = set()
