@@ -483,3 +483,54 @@ def test_a_rows_bytes_are_its_services_whose_traces_still_hold_it(tmp_path: Path
     spool.evaluated([("b" * 32, 0)])
     assert spool.held() == (0, 0) and spool.held_by("long") == 0
     spool.close()
+
+
+def _of(service: str, spans: list[Span]) -> list[Span]:
+    for s in spans:
+        s.resource = {"service.name": service}
+    return spans
+
+
+def test_a_run_cut_for_a_share_is_still_cut_after_a_crash(tmp_path: Path) -> None:
+    """A gateway's batch held a called service's span of run T3 while that service was
+    past its share: rejected for good, and the run its root opened later misses it. That
+    mark was kept in memory only: a crash before the run's release replayed it unmarked,
+    judged ``complete`` as if whole. It is kept with the run's rows, so the replay releases
+    it ``truncated`` (reason ``service_share``) as the live process would have."""
+    share = {"max_open_traces": 10, "max_service_share": 0.5}
+    a = Node(tmp_path, **share)
+    noisy = [f"{i + 1:032x}" for i in range(5)]
+    assert a.send(_of("noisy", [span(t, 1, None) for t in noisy])) is None
+    batch = _of("noisy", [span(T3, 9)]) + _of("quiet", [span(T2, 1, None)])
+    adm = a.engine.submit(batch, request=body(batch))
+    assert adm.rejected["service_share"] == 1  # T3's callee span, for good
+    assert a.send(_of("quiet", [span(T3, 1, None)])) is None  # T3's root opens the run
+    a.crash()
+
+    b = Node(tmp_path, **share)
+    assert b.release() == 7
+    stored = {e["trace_id"]: e for e in b.store.latest(1000)}
+    assert stored[T3]["status"] == "truncated"
+    assert stored[T2]["status"] == "complete"
+    assert b.sample("otel_eval_assembly_traces_released_total", status="truncated",
+                    reason="service_share") == 1
+    b.crash()
+
+
+def test_a_version_4_spool_is_migrated_its_pairs_not_known_to_be_cut(tmp_path: Path) -> None:
+    """An upgrade keeps the spool: pairs written before the ``cut`` column replay as they
+    did (a whole run's), and the spool is at the new version."""
+    a = Node(tmp_path)
+    assert a.send([span(T1, 1, None), span(T1, 2)]) is None
+    a.crash()
+    with sqlite3.connect(tmp_path / "store.db-spool") as db:  # as version 4 left it
+        db.execute("ALTER TABLE spool_traces DROP COLUMN cut")
+        db.execute("PRAGMA user_version = 4")
+    db.close()
+
+    b = Node(tmp_path)
+    assert b.replayed == (1, 2, 0)
+    assert b.spool._db.execute("PRAGMA user_version").fetchone()[0] == 5
+    assert b.release() == 1
+    assert [e["status"] for e in b.store.latest(10)] == ["complete"]
+    b.crash()

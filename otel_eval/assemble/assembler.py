@@ -212,6 +212,12 @@ class TraceAssembler:
         tr = self._open.get(trace_id)
         return None if tr is None else (tr.revision, tr.spans.values())
 
+    def is_cut(self, trace_id: str) -> bool:
+        """Whether an open trace misses spans refused for their service's share (``cut``):
+        the spool keeps the mark with its rows, so a replay cuts it again."""
+        tr = self._open.get(trace_id)
+        return tr is not None and tr.cut
+
     def holds_stored(self, trace_id: str) -> bool:
         """Whether an open trace holds what a stored revision of it held (re-opened from a
         revision not skipped as late, or resumed with such content): its replay after a

@@ -119,7 +119,8 @@ class Durability:
             else:
                 held[tid] = spans, logs
         self.spool.settle(row, written, revisions, held,
-                          {tid for tid in held if asm.holds_stored(tid)}, foreign, kept)
+                          {tid for tid in held if asm.holds_stored(tid)}, foreign, kept,
+                          {tid for tid in revisions if asm.is_cut(tid)})
 
     def dropped(self, trace_ids: list[Any]) -> None:
         """Traces assembly dropped with only log records: their spooled records are done."""
@@ -147,6 +148,11 @@ class Durability:
         """The traces the spool replays with what a stored revision of them held (whole runs
         re-opened by late spans), for ``TraceAssembler.resume``; read after ``replay``."""
         return set(self.spool.carried) if self.spool is not None else set()
+
+    def cut(self) -> set[str]:
+        """The traces the spool replays whose runs miss spans refused for a service's share,
+        for ``TraceAssembler.cut``; read after ``replay``."""
+        return set(self.spool.cut) if self.spool is not None else set()
 
     def replay(self, submit: Callable[..., Any]) -> tuple[int, int, int] | None:
         """What the spool holds, through ``submit(items, signal=..., replayed=True, age_s=...)``

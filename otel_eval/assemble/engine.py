@@ -222,8 +222,9 @@ class Engine:
 
     def replay(self) -> tuple[int, int, int] | None:
         """What the spool holds, submitted again (before the receivers open), with the times
-        it was received at; ``tick`` releases nothing meanwhile. Then the idle clocks of the
-        runs handed back are resumed (``TraceAssembler.resume``), each late if its run is
+        it was received at; ``tick`` releases nothing meanwhile. Then the runs that missed
+        spans refused for a share are cut again, and the idle clocks of the runs handed back
+        are resumed (``TraceAssembler.resume``), each late if its run is
         stored unless the spool kept a stored revision's spans with it."""
         with self._lock:
             self._replaying = True
@@ -231,6 +232,7 @@ class Engine:
             return self.durability.replay(self.submit)
         finally:
             with self._lock:
+                self._assembler.cut(self.durability.cut())  # as they were: missing spans
                 self._assembler.resume(self.clock(), self.durability.carried())
                 self._replaying = False
 

@@ -66,7 +66,10 @@ Promises:
 - passed on stays passed on: spans taken only to pass on as another sender's for a released
   run (pass-through's ``foreign_sender``) keep that mark on their pair, so a replay, which
   knows no sender, passes them on again and never evaluates them into the run, even when the
-  run's own sender re-opened it before the crash.
+  run's own sender re-opened it before the crash;
+- cut stays cut: a run missing spans refused for their service's share (``TraceAssembler.cut``)
+  keeps that mark on its pairs (``settle``'s ``cut``), so a replay releases it ``truncated``
+  (reason ``service_share``) as the live process would, never judged as a whole run.
 
 Kafka ingest is not spooled: the topic is the log, and offsets are committed only once the
 traces are stored (``kafka/offsets.py``), the same idea one level up.
@@ -147,6 +150,9 @@ class Spool:
         # traces left to replay with a stored revision's content (``carried`` pairs): whole
         # runs, not stragglers of a run stored before (``TraceAssembler.resume``)
         self.carried: set[str] = set()
+        # traces left to replay whose runs miss spans refused for a service's share (``cut``
+        # pairs): released truncated (``TraceAssembler.cut``), never judged whole
+        self.cut: set[str] = set()
         # (request, trace) pairs whose spans were taken only to pass on (another sender's
         # for a released run): replayed so, never as the run's (``settle``'s ``foreign``)
         self._foreign: set[tuple[int, str]] = set()
@@ -201,6 +207,7 @@ class Spool:
         self._signals.clear()
         self._received.clear()
         self.carried.clear()
+        self.cut.clear()
         self._foreign.clear()
         self.bytes = 0
         self.load.clear()
@@ -215,14 +222,16 @@ class Spool:
                 "SELECT id, length(body), signal, received_at FROM spool_requests"):
             sizes[rid], self._signals[rid], self._received[rid] = size, signal, received
         backlog: dict[int, set[str]] = {}
-        for rid, tid, carried, foreign in self._db.execute(
-                "SELECT request_id, trace_id, carried, foreign_sender FROM spool_traces"):
+        for rid, tid, carried, foreign, cut in self._db.execute(
+                "SELECT request_id, trace_id, carried, foreign_sender, cut FROM spool_traces"):
             if rid in sizes:
                 backlog.setdefault(rid, set()).add(tid)
                 if carried:
                     self.carried.add(tid)
                 if foreign:
                     self._foreign.add((rid, tid))
+                if cut:
+                    self.cut.add(tid)
         orphans = [(rid,) for rid in sizes if rid not in backlog]
         with transaction(self._db) as cur:
             cur.executemany("DELETE FROM spool_requests WHERE id = ?", orphans)
@@ -364,7 +373,8 @@ class Spool:
 
     def settle(self, rid: int, written: Collection[str], accepted: dict[str, int],
                held: Held, carried: Collection[str] = (),
-               foreign: Collection[str] = (), runs_kept: Collection[str] = ()) -> None:
+               foreign: Collection[str] = (), runs_kept: Collection[str] = (),
+               cut: Collection[str] = ()) -> None:
         """After assembly took the request: ``accepted`` maps each trace that took spans (or
         records) to its revision. Traces that took none (late, duplicates) lose their pair; a
         re-opened trace (``reopened``, asked under the same engine lock) has what it held
@@ -375,9 +385,11 @@ class Spool:
         replay passes those spans on, never evaluating them into the run (a re-open by the
         run's own sender may have joined them since). ``runs_kept``: the traces re-opened
         with what ``append`` wrote of them (their rows join the new revision; the others'
-        leave)."""
+        leave). ``cut``: the traces whose runs miss spans refused for a service's share
+        (``TraceAssembler.cut``): their pairs are marked so, and a replay cuts them again."""
         reopened = [tid for tid in accepted if tid in held]
         marked = [(rid, tid) for tid in foreign if tid in accepted]
+        missing = [(rid, tid) for tid in cut if tid in accepted]
         unused: list[tuple[int, str]] = []
         with self._lock:
             for tid, rev in accepted.items():
@@ -395,6 +407,10 @@ class Spool:
                 with self._lock, transaction(self._db) as cur:
                     cur.executemany("UPDATE spool_traces SET foreign_sender = 1 "
                                     "WHERE request_id = ? AND trace_id = ?", marked)
+            if missing:
+                with self._lock, transaction(self._db) as cur:
+                    cur.executemany("UPDATE spool_traces SET cut = 1 "
+                                    "WHERE request_id = ? AND trace_id = ?", missing)
             if reopened:
                 self._respool(reopened, accepted, held, carried)
         except (sqlite3.Error, OSError):  # the request itself is spooled; count and go on

@@ -13,7 +13,9 @@ Promises:
   they replay as a straggler's (late if their run is stored: an upgrade never lets one
   replace a stored run; a run an earlier version re-opened and left in flight keeps its
   stored revision, without the late spans), and those written before another sender's were
-  marked (version 3: no ``foreign_sender`` column) as the run's; a spool from a newer
+  marked (version 3: no ``foreign_sender`` column) as the run's, and those written before a
+  run missing spans refused for a service's share was marked (version 4: no ``cut`` column)
+  as a whole run's (the mark was then in memory only); a spool from a newer
   version is refused with a clear error, before anything is written to it;
 - a file found unreadable (power loss without ``fsync``: not a database, a corrupt page) is
   moved aside with its WAL and shared-memory files, logged; the newest ``CORRUPT_KEPT`` set
@@ -43,6 +45,9 @@ log = logging.getLogger("otel_eval.assemble.spool")
 # held, re-spooled when late spans re-opened it; pairs written before: 0, not known to).
 # Version 4: ``spool_traces.foreign_sender`` (1: the request's spans of the trace were taken
 # only to pass on, another sender's for a released run; pairs written before: 0).
+# Version 5: ``spool_traces.cut`` (1: spans of the trace were refused for their service's share,
+# so its run misses them: released ``truncated``, reason ``service_share``; pairs written
+# before: 0, not known to).
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS spool_requests (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS spool_traces (request_id INTEGER NOT NULL, "
@@ -53,6 +58,7 @@ _MIGRATIONS = (  # _MIGRATIONS[v] takes a spool from version v to v + 1
     "ALTER TABLE spool_requests ADD COLUMN received_at REAL NOT NULL DEFAULT 0",
     "ALTER TABLE spool_traces ADD COLUMN carried INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE spool_traces ADD COLUMN foreign_sender INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE spool_traces ADD COLUMN cut INTEGER NOT NULL DEFAULT 0",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 SIGNALS = ("traces", "logs")

@@ -333,6 +333,7 @@ def test_a_straggler_an_earlier_version_left_in_the_spool_stays_late_after_the_u
     second.advance(1.0)
     second.stop()
     with sqlite3.connect(tmp_path / "store.db-spool") as db:  # as the earlier version left it
+        db.execute("ALTER TABLE spool_traces DROP COLUMN cut")
         db.execute("ALTER TABLE spool_traces DROP COLUMN foreign_sender")
         db.execute("ALTER TABLE spool_traces DROP COLUMN carried")
         db.execute("PRAGMA user_version = 2")
