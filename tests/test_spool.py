@@ -534,3 +534,30 @@ def test_a_version_4_spool_is_migrated_its_pairs_not_known_to_be_cut(tmp_path: P
     assert b.release() == 1
     assert [e["status"] for e in b.store.latest(10)] == ["complete"]
     b.crash()
+
+
+def test_rows_a_previous_process_left_count_in_their_services_share(tmp_path: Path) -> None:
+    """The spool's share (``max_service_share`` of ``max_bytes``) is charged per row to its
+    services (``RowLoad``), but rows replayed at start were charged to none: after a
+    restart a service whose open runs held its whole share of the spool opened new runs
+    again, until it and the others were refused ``spool_full``. A replayed row is charged
+    as a live one is."""
+    share = {"max_service_share": 0.5}
+
+    def big(trace: str) -> list[Span]:
+        return _of("noisy", [Span(trace, f"{1:016x}", None, "invoke_agent", 1, 0,
+                                  attributes={"p": "x" * 20_000})])  # a run still going
+
+    a = Node(tmp_path, max_bytes=200_000, **share)
+    for i in range(5):
+        assert a.send(big(f"{i + 1:032x}")) is None
+    assert a.send(big(f"{9:032x}")) == "service_share"
+    held = a.spool.held_by("noisy")
+    a.crash()
+
+    b = Node(tmp_path, max_bytes=200_000, **share)
+    assert b.replayed[:2] == (5, 5)
+    assert b.spool.held_by("noisy") == held > 0
+    assert b.send(big(f"{9:032x}")) == "service_share"  # as before the restart
+    assert b.send(_of("quiet", [span(T1, 1, None)])) is None
+    b.crash()

@@ -88,8 +88,8 @@ class RowLoad:
     until its last trace is done, a service none of whose traces in it is pending any more
     hands its charge to one that still has one (a gateway's batch kept by one service's
     long run becomes that service's; an evaluated run's rows waiting on a slow sink stay its
-    service's). Linear in a row's items over its life. Rows a previous process left
-    (replayed at start) are charged to none."""
+    service's). Linear in a row's items over its life. A row a previous process left is
+    charged when its replay decodes it, to the services of its pending traces."""
 
     def __init__(self) -> None:
         self.bytes: Counter[str] = Counter()

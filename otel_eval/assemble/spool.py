@@ -51,7 +51,8 @@ Promises:
 - bounded: ``refusal`` says ``spool_full`` while ``max_bytes`` (span and log requests alike)
   are held, so receivers throttle both; ``held_by``: the bytes per service.name
   (``service_load.RowLoad``: a row is charged to the services of the traces it still
-  feeds), for admission's ``max_service_share`` of ``max_bytes``;
+  feeds; a row a previous process left, when its replay decodes it), for admission's
+  ``max_service_share`` of ``max_bytes``;
 - timers survive a restart: each request keeps the wall-clock time it was received at, and
   a replay hands its age to assembly, so a trace's grace and maximum duration count from
   when its spans came (its idle clock restarts with the process, and its maximum duration
@@ -87,6 +88,7 @@ the engine lock, never before it).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sqlite3
 import threading
@@ -264,7 +266,8 @@ class Spool:
             age_s = max(0.0, self._wall() - at) if at else 0.0
             try:
                 n, fed = replay_one(bytes(row[0]), signal, wanted, age_s, submit, self.metrics,
-                                     {t for t in wanted if (rid, t) in foreign})
+                                    {t for t in wanted if (rid, t) in foreign},
+                                    functools.partial(self._charge, rid))
             except otlp.MalformedRequest:  # cannot happen for what append wrote; never loop
                 log.error("spool request %d is not an OTLP %s request; dropping it", rid, signal)
                 self.metrics.failed("replay")
@@ -277,6 +280,14 @@ class Spool:
                      "evaluated before the last stop", taken["traces"], taken["logs"],
                      len(backlog))
         return len(backlog), taken["traces"], taken["logs"]
+
+    def _charge(self, rid: int, items: Collection[Span | HeldRecord]) -> None:
+        """A replayed row's bytes, charged to the services of what it holds of its pending
+        traces, as ``append`` charges a live one (``RowLoad``): a service's share of the spool
+        (``max_service_share``) holds across a restart."""
+        with self._lock:
+            if rid in self._requests:
+                self.load.add(rid, self._requests[rid].nbytes, items)
 
     def _fed_nothing(self, rid: int, traces: set[str]) -> None:
         """The pairs of a replayed request whose traces the decoder kept nothing of (refused

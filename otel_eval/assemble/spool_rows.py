@@ -38,14 +38,19 @@ Held = Mapping[str, tuple[Collection[Span], Collection[HeldRecord]]]
 
 
 def replay_one(body: bytes, signal: str, wanted: set[str], age_s: float, submit: Replay,
-               metrics: SpoolMetrics, foreign: Collection[str] = ()) -> tuple[int, set[str]]:
+               metrics: SpoolMetrics, foreign: Collection[str] = (),
+               charge: Callable[[list[Span] | list[HeldRecord]], None] = lambda _: None
+               ) -> tuple[int, set[str]]:
     """One row through the decode path its signal takes: how many items assembly took,
     and the traces the decoder kept any item of. Raises MalformedRequest.
     ``foreign``: the traces whose spans in it were taken only to pass on, as another
-    sender's (the replay knows no sender): marked so again (``Span.unevaluable``)."""
+    sender's (the replay knows no sender): marked so again (``Span.unevaluable``).
+    ``charge``: handed the items decoded, before they are submitted (the row's bytes
+    charged to their services, as ``append`` charges a live row: ``RowLoad``)."""
     if signal == "logs":
         held = otlp_logs.hold_logs(otlp_logs.parse_logs_request(body)[0], traces=wanted)
         _count_refused("log record(s)", held.rejected, metrics.log_records_rejected)
+        charge(held.records)
         n, refused = submit(held.records, "logs", age_s)
         _count_refused("log record(s)", refused, metrics.log_records_rejected, "assembly")
         metrics.replayed_logs(n)
@@ -56,6 +61,7 @@ def replay_one(body: bytes, signal: str, wanted: set[str], age_s: float, submit:
         if s.trace_id in foreign:
             s.unevaluable = "foreign_sender"
     _count_refused("span(s)", _refused(req, wanted, len(spans)), metrics.spans_rejected)
+    charge(spans)
     n, refused = submit(spans, "traces", age_s)
     _count_refused("span(s)", refused, metrics.spans_rejected, "assembly")
     metrics.replayed(n)
