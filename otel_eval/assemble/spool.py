@@ -53,31 +53,18 @@ Promises:
   (``service_load.RowLoad``: a row is charged to the services of the traces it still
   feeds; a row a previous process left, when its replay decodes it), for admission's
   ``max_service_share`` of ``max_bytes``;
-- timers survive a restart: each request keeps the wall-clock time it was received at, and
-  a replay hands its age to assembly, so a trace's grace and maximum duration count from
-  when its spans came (its idle clock restarts with the process, and its maximum duration
-  is not reached before ``idle_timeout_s`` after it: the downtime is no silence of the
-  run's; a run left in flight that never ends is still reported once);
 - versioned: ``PRAGMA user_version`` is the schema's version; an older spool is migrated in
   place at open, one from a newer version refused with a clear error (``spool_file``);
-- a straggler stays one: a trace the spool replays is late if its run is stored (as spans
-  opening it live would be), unless one of its pairs is ``carried`` (re-spooled with what a
-  stored revision held when late spans re-opened it): a restart never turns spans a previous
-  process took as stragglers of a stored run into a run that replaces it;
-- passed on stays passed on: spans taken only to pass on as another sender's for a released
-  run (pass-through's ``foreign_sender``) keep that mark on their pair, so a replay, which
-  knows no sender, passes them on again and never evaluates them into the run, even when the
-  run's own sender re-opened it before the crash;
-- cut stays cut: a run missing spans refused for their service's share (``TraceAssembler.cut``)
-  keeps that mark on its pairs (``settle``'s ``cut``), so a replay releases it ``truncated``
-  (reason ``service_share``) as the live process would, never judged as a whole run.
+- a restart resumes what was left as it was: its timers, its stragglers, what was passed on,
+  what was cut (``spool_backlog``).
 
 Kafka ingest is not spooled: the topic is the log, and offsets are committed only once the
 traces are stored (``kafka/offsets.py``), the same idea one level up.
 
 Parts: the file (schema and migrations, pragmas, an unreadable one set aside) is
 ``spool_file``; a row's body read back for a replay, or written for a re-opened trace, is
-``spool_rows``; this module holds what the file holds and the rows' life.
+``spool_rows``; what a previous process left, read at open and replayed at start, is
+``spool_backlog``; this module holds what the file holds and the rows' life.
 
 Threads: ``append`` and ``settle`` run on receiver threads under the engine lock (so a trace
 cannot be evaluated before its pair exists), ``evaluated`` on the engine worker, ``replay``
@@ -88,7 +75,6 @@ the engine lock, never before it).
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import sqlite3
 import threading
@@ -98,8 +84,9 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from otel_eval.assemble import spool_file
+from otel_eval.assemble import spool_backlog, spool_file
 from otel_eval.assemble.service_load import RowLoad
+from otel_eval.assemble.spool_backlog import Backlog
 from otel_eval.assemble.spool_file import (
     CORRUPT_KEPT,
     SCHEMA_VERSION,
@@ -108,10 +95,9 @@ from otel_eval.assemble.spool_file import (
     damaged,
     transaction,
 )
-from otel_eval.assemble.spool_rows import Held, Replay, encoded, replay_one
+from otel_eval.assemble.spool_rows import Held, Replay, encoded
 from otel_eval.base.configcheck import StartupError
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
 from otel_eval.decode.otlp_logs import HeldRecord
 from otel_eval.telemetry.metrics import SpoolMetrics
 
@@ -134,7 +120,7 @@ class Spool:
     """The constructor only constructs: ``open()`` opens the file and reads its backlog."""
 
     _db: sqlite3.Connection  # from open()
-    _backlog: dict[int, set[str]]  # from open()
+    _backlog: Backlog  # from open()
 
     def __init__(self, path: str, max_bytes: int, metrics: SpoolMetrics, *,
                  fsync: bool = False, wall: Callable[[], float] = time.time) -> None:
@@ -147,17 +133,10 @@ class Spool:
         self._lock = threading.Lock()
         self._requests: dict[int, _Request] = {}
         self._traces: dict[str, list[tuple[int, int]]] = {}  # trace -> [(request, revision)]
-        self._signals: dict[int, str] = {}  # signal of each request left to replay
-        self._received: dict[int, float] = {}  # receive time of each request left to replay
-        # traces left to replay with a stored revision's content (``carried`` pairs): whole
-        # runs, not stragglers of a run stored before (``TraceAssembler.resume``)
+        # the traces left to replay with a stored revision's content, and those cut
+        # (``Backlog.carried``, ``Backlog.cut``), read after the replay
         self.carried: set[str] = set()
-        # traces left to replay whose runs miss spans refused for a service's share (``cut``
-        # pairs): released truncated (``TraceAssembler.cut``), never judged whole
         self.cut: set[str] = set()
-        # (request, trace) pairs whose spans were taken only to pass on (another sender's
-        # for a released run): replayed so, never as the run's (``settle``'s ``foreign``)
-        self._foreign: set[tuple[int, str]] = set()
         # (request, trace) pairs whose delete failed (a full disk): deleted with the next ones
         self._undeleted: list[tuple[int, str]] = []
         # runs written with a request (``append``'s ``runs``), until its ``settle``: request
@@ -206,42 +185,20 @@ class Spool:
         self.metrics.failed("open")
         self._requests.clear()
         self._traces.clear()
-        self._signals.clear()
-        self._received.clear()
         self.carried.clear()
         self.cut.clear()
-        self._foreign.clear()
         self.bytes = 0
         self.load.clear()
 
     # --- what a previous process left -------------------------------------------------------
 
-    def _load(self) -> dict[int, set[str]]:
-        """Pending pairs, all at revision 0 (a fresh assembler starts every trace at 0);
-        requests without a pending pair are deleted."""
-        sizes: dict[int, int] = {}
-        for rid, size, signal, received in self._db.execute(
-                "SELECT id, length(body), signal, received_at FROM spool_requests"):
-            sizes[rid], self._signals[rid], self._received[rid] = size, signal, received
-        backlog: dict[int, set[str]] = {}
-        for rid, tid, carried, foreign, cut in self._db.execute(
-                "SELECT request_id, trace_id, carried, foreign_sender, cut FROM spool_traces"):
-            if rid in sizes:
-                backlog.setdefault(rid, set()).add(tid)
-                if carried:
-                    self.carried.add(tid)
-                if foreign:
-                    self._foreign.add((rid, tid))
-                if cut:
-                    self.cut.add(tid)
-        orphans = [(rid,) for rid in sizes if rid not in backlog]
-        with transaction(self._db) as cur:
-            cur.executemany("DELETE FROM spool_requests WHERE id = ?", orphans)
-            cur.execute("DELETE FROM spool_traces WHERE request_id NOT IN "
-                        "(SELECT id FROM spool_requests)")
-        for rid, tids in backlog.items():
-            self._requests[rid] = _Request(sizes[rid], len(tids))
-            self.bytes += sizes[rid]
+    def _load(self) -> Backlog:
+        """What a previous process left (``spool_backlog.read``), held from now on."""
+        backlog = spool_backlog.read(self._db)
+        self.carried, self.cut = backlog.carried, backlog.cut
+        for rid, tids in backlog.pending.items():
+            self._requests[rid] = _Request(backlog.sizes[rid], len(tids))
+            self.bytes += backlog.sizes[rid]
             for tid in tids:
                 self._traces.setdefault(tid, []).append((rid, 0))
         self._report()
@@ -249,57 +206,28 @@ class Spool:
 
     def replay(self, submit: Replay) -> tuple[int, int, int]:
         """Hand every pending trace's spans and log records to ``submit``, oldest request
-        first. Returns (requests, spans, records) replayed."""
-        backlog, self._backlog = self._backlog, {}
-        signals, self._signals = self._signals, {}
-        received, self._received = self._received, {}
-        foreign, self._foreign = self._foreign, set()
-        taken = Counter[str]()
-        for rid in sorted(backlog):
-            with self._lock:
-                row = self._db.execute("SELECT body FROM spool_requests WHERE id = ?",
-                                       (rid,)).fetchone()
-            if row is None:
-                continue
-            wanted, signal = backlog[rid], signals.get(rid, "traces")
-            at = received.get(rid) or 0.0  # 0: kept before receive times were (age 0)
-            age_s = max(0.0, self._wall() - at) if at else 0.0
-            try:
-                n, fed = replay_one(bytes(row[0]), signal, wanted, age_s, submit, self.metrics,
-                                    {t for t in wanted if (rid, t) in foreign},
-                                    functools.partial(self._charge, rid))
-            except otlp.MalformedRequest:  # cannot happen for what append wrote; never loop
-                log.error("spool request %d is not an OTLP %s request; dropping it", rid, signal)
-                self.metrics.failed("replay")
-                self._delete([(rid, t) for t in wanted])
-                continue
-            taken[signal] += n
-            self._fed_nothing(rid, wanted - fed)
-        if backlog:
-            log.info("spool: replayed %d span(s) and %d log record(s) from %d request(s) not "
-                     "evaluated before the last stop", taken["traces"], taken["logs"],
-                     len(backlog))
-        return len(backlog), taken["traces"], taken["logs"]
+        first (``Backlog.replay``). Returns (requests, spans, records) replayed."""
+        backlog, self._backlog = self._backlog, Backlog()
+        return backlog.replay(self, submit, self._wall)
 
-    def _charge(self, rid: int, items: Collection[Span | HeldRecord]) -> None:
+    def body(self, rid: int) -> bytes | None:
+        """Request ``rid``'s bytes; None when it is gone."""
+        with self._lock:
+            row = self._db.execute("SELECT body FROM spool_requests WHERE id = ?",
+                                   (rid,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def delete(self, pairs: list[tuple[int, str]]) -> None:
+        """Delete (request, trace) pairs (``_delete``), for a replay."""
+        self._delete(pairs)
+
+    def charge(self, rid: int, items: Collection[Span | HeldRecord]) -> None:
         """A replayed row's bytes, charged to the services of what it holds of its pending
         traces, as ``append`` charges a live one (``RowLoad``): a service's share of the spool
         (``max_service_share``) holds across a restart."""
         with self._lock:
             if rid in self._requests:
                 self.load.add(rid, self._requests[rid].nbytes, items)
-
-    def _fed_nothing(self, rid: int, traces: set[str]) -> None:
-        """The pairs of a replayed request whose traces the decoder kept nothing of (refused
-        by this version, counted): no release will ever delete them, and left they were
-        replayed, and counted, at every start, held against ``max_bytes`` for good."""
-        if not traces:
-            return
-        try:
-            self._delete([(rid, t) for t in traces])
-        except (sqlite3.Error, OSError):  # left for the next delete (``_undeleted``)
-            log.exception("spool: deleting the refused traces of request %d failed", rid)
-            self.metrics.failed("delete")
 
     # --- ingest (receiver threads, under the engine lock) --------------------------------------
 
