@@ -96,6 +96,10 @@ class KafkaConfig:
     max_inflight_records: int = 20_000
     # Largest batch returned by one fetch, records.
     max_poll_records: int = 500
+    # Most bytes one fetched record batch may decompress to (gzip, snappy, lz4, zstd). A
+    # batch past it (a decompression bomb) or one that does not decompress is skipped, its
+    # records counted as poison (`batch_too_large`, `batch_corrupt`). Default 64 MiB.
+    max_batch_bytes: int = 64 * 1024 * 1024
     # How often finished work is committed, seconds. A crash replays at most this much extra.
     commit_interval_s: float = 1.0
     # Wait before retrying a record the engine refused (throttled), seconds; also the
@@ -131,6 +135,7 @@ class KafkaConfig:
             problems["logs_topic"] = f"must differ from topic ({self.topic!r})"
         validate(self, minimum={
             "worker_count": 1, "max_inflight_records": 1, "max_poll_records": 1,
+            "max_batch_bytes": 1,
             "throttle_retry_s": MIN_THROTTLE_RETRY_S, "results_queue_size": 1,
             "max_request_bytes": 1},
             above={"commit_interval_s": 0, "session_timeout_s": 0}, problems=problems)

@@ -13,8 +13,9 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Protocol
 
-# Closed set of reasons a record is skipped as poison.
-POISON_REASONS = ("empty", "not_otlp")
+# Closed set of reasons a record is skipped as poison (a record batch skipped whole, past
+# ``max_batch_bytes`` decompressed or not decompressing, is counted once by its reason).
+POISON_REASONS = ("empty", "not_otlp", "batch_too_large", "batch_corrupt")
 # Closed set of reasons committed offset metadata is read as absent (its replay then starts
 # at the committed position): ``too_large``, past what otel-eval writes (``offsets``).
 METADATA_IGNORED_REASONS = ("too_large",)

@@ -36,7 +36,8 @@ Promises:
   that arrives after its trace was stored *and* after a restart is evaluated as a fragment
   (the engine no longer holds the trace's earlier spans), as on the OTLP path;
 - a record that is not an OTLP request (poison) is counted with a reason, marked done and
-  skipped: it never stalls its partition;
+  skipped: it never stalls its partition; so is a record batch that decompresses past
+  ``max_batch_bytes`` or does not decompress (``batches``), never inflated whole nor raised;
 - backpressure, per topic: with ``max_inflight_records`` of a topic's records taken and not
   stored, that topic's partitions are paused (nothing buffered without bound); resumed at
   half. The spans records of runs the engine holds open are not counted
@@ -80,6 +81,7 @@ from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaMetrics, KafkaStats
 from otel_eval.receive.ingest import Decoded, Ingest, Submitter
+from otel_eval.receive.kafka import batches
 from otel_eval.receive.kafka.assignment import (
     check_copartitioned,
     static_assignment,
@@ -158,6 +160,8 @@ class KafkaConsumerStage:
     async def start(self) -> None:
         cfg = self.config
         self._loop = asyncio.get_running_loop()
+        batches.install()  # record batches decompressed within a bound, unreadable ones skipped
+        batches.MAX_BATCH_BYTES.set(cfg.max_batch_bytes)  # the tasks started here inherit it
         consumer = AIOKafkaConsumer(
             **client_kwargs(cfg), group_id=cfg.group_id, enable_auto_commit=False,
             auto_offset_reset=cfg.auto_offset_reset, max_poll_records=cfg.max_poll_records,
