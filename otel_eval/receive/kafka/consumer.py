@@ -60,7 +60,8 @@ Promises:
   evaluates whole); the new owner replays the rest;
 - lag (high watermark - position) per partition is reported through the metrics hook.
 
-Record values are decoded by ``records`` (poison named there); partition assignment
+Record values are decoded by ``records`` (poison named there), record batches read within a
+bound by ``batches``; pausing and lag are ``flow``'s; partition assignment
 (``group`` or ``static``), and why group rebalancing is tested on a real broker rather than
 librdkafka's mock cluster, is ``assignment``'s.
 """
@@ -87,7 +88,8 @@ from otel_eval.receive.kafka.assignment import (
     static_assignment,
     subscription,
 )
-from otel_eval.receive.kafka.offsets import MAX_DONE_RANGE, OffsetTracker, Ticket, TraceGate
+from otel_eval.receive.kafka.flow import Flow, is_logs, kind
+from otel_eval.receive.kafka.offsets import OffsetTracker, Ticket, TraceGate
 from otel_eval.receive.kafka.records import decode_value
 from otel_eval.receive.kafka.retries import Retries
 
@@ -144,16 +146,11 @@ class KafkaConsumerStage:
         # records the engine throttled, and those waiting behind them
         self._retries: Retries[TopicPartition, tuple[Decoded, Ticket[TopicPartition]]] = \
             Retries()
-        # the signals (logs: True) whose partitions are paused for max_inflight_records
-        self._paused: set[bool] = set()
-        self._pausing = False  # whether any partition is paused (the ``paused`` metric)
         self._drained = asyncio.Event()
         self._last_commit = 0.0
-        # partition ends asked of the broker for paused partitions (``_report_lag``)
-        self._ends: dict[TopicPartition, int] = {}
-        # when the spans records of open runs were last counted (``_held_open``), how many
-        self._open_held: tuple[float, int] = (float("-inf"), 0)
-        self._last_ends = 0.0
+        # pausing (backpressure) and lag
+        self._flow = Flow(config, engine, self.metrics, self.tracker, self.gate,
+                          self._retries)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -255,13 +252,13 @@ class KafkaConsumerStage:
         cfg = self.config
         while True:
             self._retry_throttled()
-            self._apply_backpressure(consumer)
+            self._flow.apply(consumer)
             batch = await consumer.getmany(timeout_ms=int(cfg.throttle_retry_s * 1000),
                                            max_records=cfg.max_poll_records)
             for tp, records in batch.items():
                 for rec in records:
                     self._take(tp, rec.offset, rec.value)
-            await self._report_lag(consumer)
+            await self._flow.report_lag(consumer)
             if time.monotonic() - self._last_commit >= cfg.commit_interval_s:
                 await self._commit()
 
@@ -340,86 +337,6 @@ class KafkaConsumerStage:
         if self.tracker.done(ticket) and self.tracker.inflight() <= self._retrying():
             self._drained.set()
 
-    def _is_logs(self, tp: TopicPartition) -> bool:
-        return bool(self.config.logs_topic) and tp.topic == self.config.logs_topic
-
-    def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
-        """Per signal: a topic's partitions paused while its records in flight reach
-        ``max_inflight_records``, resumed at half; and a partition stalled by a refusal, or
-        with records waiting when they reach ``max_poll_records`` (all partitions together)
-        or it was read ``min(max_inflight_records, MAX_DONE_RANGE)`` past its position."""
-        cfg = self.config
-        parts = consumer.assignment()
-        for logs in (False, True):
-            kind = [tp for tp in parts if self._is_logs(tp) == logs]
-            inflight = sum(self.tracker.inflight(tp) for tp in kind)
-            if not logs and inflight > cfg.max_inflight_records // 2:
-                inflight = max(0, inflight - self._held_open(kind))
-            if logs not in self._paused and inflight >= cfg.max_inflight_records:
-                self._paused.add(logs)
-            elif logs in self._paused and inflight <= cfg.max_inflight_records // 2:
-                self._paused.discard(logs)
-        full = self._retrying() >= cfg.max_poll_records
-        ahead = min(cfg.max_inflight_records, MAX_DONE_RANGE)
-        want = {tp for tp in parts if self._is_logs(tp) in self._paused
-                or tp in self._retries.stalled
-                or (tp in self._retries and (full or self.tracker.ahead(tp) >= ahead))}
-        have = consumer.paused() & parts
-        if want - have:
-            consumer.pause(*(want - have))
-        if have - want:
-            consumer.resume(*(have - want))
-        if bool(want) != self._pausing:
-            self._pausing = bool(want)
-            self.metrics.paused(self._pausing)
-
-    def _held_open(self, parts: list[TopicPartition]) -> int:
-        """``_in_open_runs``, counted again at most every ``commit_interval_s`` (it reads
-        every record in flight, and the engine under its lock)."""
-        at, n = self._open_held
-        now = time.monotonic()
-        if now - at >= self.config.commit_interval_s:
-            n = self._in_open_runs(parts)
-            self._open_held = (now, n)
-        return n
-
-    def _in_open_runs(self, parts: list[TopicPartition]) -> int:
-        """Spans records of ``parts`` in flight only because their runs are still open in
-        the engine: those finish only once more of their run is read from this topic, so
-        they are not what ``max_inflight_records`` bounds (the engine's own bounds, open
-        traces, pending spans and a service's share, hold them). Counted, they paused the
-        topic once that many runs were open, and every one of them, its end unread, was cut
-        idle as non-terminated, the other services' runs locked out meanwhile. (A logs
-        record's run ends on the spans topic: a pause of the logs topic holds no run.)"""
-        open_runs = getattr(self.engine, "open_runs", None)
-        if open_runs is None:
-            return 0
-        waiting = self.gate.waiting(parts)
-        return sum(waiting[t] for t in open_runs(list(waiting)))
-
-    async def _report_lag(self, consumer: AIOKafkaConsumer) -> None:
-        """Lag = the partition's end (high watermark) - the first record not finished here
-        (taken and not stored, or not taken yet: the fetch position). A paused partition is
-        not fetched, so the fetches' high watermark stops there: its end is asked of the
-        broker instead (at most every ``commit_interval_s``), or backpressure, when lag
-        matters, showed it flat and every partition not yet read from showed none."""
-        parts = consumer.assignment()
-        paused = consumer.paused() & parts
-        now = time.monotonic()
-        if paused and now - self._last_ends >= self.config.commit_interval_s:
-            self._last_ends = now
-            with contextlib.suppress(KafkaError, TimeoutError):  # asked again next time
-                self._ends.update(await asyncio.wait_for(
-                    consumer.end_offsets(list(paused)), self.config.commit_interval_s))
-        for tp in parts:
-            ends = [h for h in (consumer.highwater(tp), self._ends.get(tp)) if h is not None]
-            pos = self.tracker.position(tp)
-            if pos is None:
-                pos = _fetch_position(consumer, tp)
-            if ends and pos is not None:
-                high = max(ends)
-                self.metrics.lag(tp.partition, max(0, high - pos), self._kind(tp))
-
     # --- commits and rebalancing -----------------------------------------------------------
 
     async def _commit(self, offsets: dict[TopicPartition, tuple[int, str]] | None = None
@@ -440,11 +357,7 @@ class KafkaConsumerStage:
             self.tracker.uncommit(todo)  # hand these positions out again next time
             return
         for tp, (pos, _meta) in todo.items():
-            self.metrics.committed(tp.partition, pos, self._kind(tp))
-
-    def _kind(self, tp: TopicPartition) -> str:
-        return "logs" if self.config.logs_topic and tp.topic == self.config.logs_topic \
-            else "spans"
+            self.metrics.committed(tp.partition, pos, kind(self.config, tp))
 
     async def _assign(self, assigned: set[TopicPartition]) -> None:
         consumer = self._consumer
@@ -465,7 +378,7 @@ class KafkaConsumerStage:
             elif skipped:
                 log.info("kafka %s[%d]: replay from %d skips %d record(s) already stored",
                          tp.topic, tp.partition, got.offset, skipped)
-        paused = [tp for tp in assigned if self._is_logs(tp) in self._paused]
+        paused = [tp for tp in assigned if is_logs(self.config, tp) in self._flow.paused]
         if paused and self._consumer is not None:
             self._consumer.pause(*paused)  # stay paused until the backlog drains
         if self.config.logs_topic and self.config.assignment == "group":
@@ -494,15 +407,6 @@ class KafkaConsumerStage:
         self._retries.drop(revoked)
         await self._commit(final)
         for tp in revoked:  # its new owner reports them
-            self._ends.pop(tp, None)
-            self.metrics.released(tp.partition, self._kind(tp))
+            self._flow.forget(tp)
+            self.metrics.released(tp.partition, kind(self.config, tp))
 
-
-def _fetch_position(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int | None:
-    """The consumer's position in ``tp`` when known (``position()`` would wait for it)."""
-    sub = consumer._subscription.subscription
-    assignment = sub.assignment if sub is not None else None
-    if assignment is None or tp not in assignment.tps:
-        return None
-    state = assignment.state_value(tp)
-    return state.position if state.has_valid_position else None
