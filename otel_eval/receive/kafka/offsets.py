@@ -18,7 +18,11 @@ Promises (pure, no I/O, single-threaded - the consumer calls it on its event loo
   stored trace and leave the first behind the position and the second to be replayed.
 
 Records are taken in offset order per partition, so pending offsets form a queue and
-advancing the watermark is amortised O(1).
+advancing the watermark is amortised O(1). What a partition holds follows its records in
+flight, not how far it was read past its position: a run held open (up to
+``assembly.max_trace_duration_s``) while the partition is read on held one entry per record
+finished behind it (~70 bytes each, ~70 MB per million); every offset read past the
+position and not in flight is done.
 """
 
 from __future__ import annotations
@@ -35,21 +39,33 @@ from otel_eval.base.configcheck import ascii_int
 P = TypeVar("P")  # partition handle, e.g. aiokafka TopicPartition or an int
 
 
+# Entries ``_Partition.pending`` may hold for records already done besides twice the records
+# in flight, before it is rebuilt without them.
+_SLACK = 1024
+
+
 @dataclass
 class _Partition:
     epoch: int
-    pending: deque[int] = field(default_factory=deque)  # taken, in offset order
-    done: set[int] = field(default_factory=set)  # finished, still behind the watermark
+    # taken, in offset order; done ones are let go once at the front, or when they are most
+    # of it (a run held open while the partition is read on: never one entry per record)
+    pending: deque[int] = field(default_factory=deque)
+    open: set[int] = field(default_factory=set)  # taken and not done
     next_offset: int | None = None  # one past the highest offset taken
     committed: tuple[int, str] | None = None  # last (position, metadata) handed out
     skip: set[int] = field(default_factory=set)  # done before a restart (``restore``)
 
     def position(self) -> int | None:
-        while self.pending and self.pending[0] in self.done:
-            self.done.discard(self.pending.popleft())
+        while self.pending and self.pending[0] not in self.open:
+            self.pending.popleft()
         if self.pending:
             return self.pending[0]
         return self.next_offset
+
+    def finished(self, offset: int) -> None:
+        self.open.discard(offset)
+        if len(self.pending) > 2 * len(self.open) + _SLACK:
+            self.pending = deque(o for o in self.pending if o in self.open)
 
 
 @dataclass(frozen=True)
@@ -72,15 +88,25 @@ _TAG = "oe1"
 MAX_DONE_RANGE = 1 << 16
 
 
-def encode_done(position: int, end: int, done: set[int], limit: int = MAX_METADATA_CHARS
-                ) -> str:
-    """Commit metadata: which offsets in [position, end) are done, as a zlib'd bitmap.
+def encode_done(position: int, end: int, done: Collection[int],
+                limit: int = MAX_METADATA_CHARS, *, through: int | None = None,
+                missing: Collection[int] = ()) -> str:
+    """Commit metadata: which offsets in [position, end) are done, as a zlib'd bitmap: those
+    in ``done``, and every offset in [position, ``through``) not in ``missing``.
     Over ``limit`` characters or ``MAX_DONE_RANGE`` offsets the range is shortened: done
     records past it are replayed again (their traces may then be re-evaluated from a tail;
     only when very many records are in flight)."""
     end = min(end, position + MAX_DONE_RANGE)
     while end > position:
-        bits = bytearray((end - position + 7) // 8)
+        n = end - position
+        bits = bytearray((n + 7) // 8)
+        upto = min(max(through or position, position), end) - position  # all done below
+        bits[:upto >> 3] = b"\xff" * (upto >> 3)
+        for i in range(upto & ~7, upto):
+            bits[i >> 3] |= 1 << (i & 7)
+        for o in missing:
+            if position <= o < end:
+                bits[(o - position) >> 3] &= ~(1 << ((o - position) & 7)) & 0xFF
         for o in done:
             if position <= o < end:
                 bits[(o - position) >> 3] |= 1 << ((o - position) & 7)
@@ -156,6 +182,7 @@ class OffsetTracker(Generic[P]):
         if st.next_offset is not None and offset < st.next_offset:
             raise ValueError(f"offset {offset} taken out of order on {partition!r}")
         st.pending.append(offset)
+        st.open.add(offset)
         st.next_offset = offset + 1
         self._inflight += 1
         return Ticket(partition, offset, st.epoch)
@@ -163,11 +190,9 @@ class OffsetTracker(Generic[P]):
     def done(self, ticket: Ticket[P]) -> bool:
         """Mark a record finished. False (ignored) if its assignment is gone or it was done."""
         st = self._parts.get(ticket.partition)
-        if st is None or st.epoch != ticket.epoch or ticket.offset in st.done:
+        if st is None or st.epoch != ticket.epoch or ticket.offset not in st.open:
             return False
-        if not st.pending or ticket.offset < st.pending[0]:
-            return False
-        st.done.add(ticket.offset)
+        st.finished(ticket.offset)
         self._inflight -= 1
         return True
 
@@ -200,11 +225,14 @@ class OffsetTracker(Generic[P]):
         pos = st.position()
         if pos is None:
             return None
-        # Records restored as done and not yet re-read stay done: a second crash during the
-        # replay must not lose that knowledge.
-        done = st.done | st.skip if st.skip else st.done
-        end = max(st.next_offset or pos, max(st.skip) + 1 if st.skip else pos)
-        return pos, encode_done(pos, end, done) if done else ""
+        # Every offset read past the position and not in flight is done (or was never a
+        # record: a compacted or skipped offset, never read again). Records restored as done
+        # and not yet re-read stay done: a second crash during the replay must not lose that.
+        taken = st.next_offset or pos
+        end = max(taken, max(st.skip) + 1 if st.skip else pos)
+        if end == pos or (taken == pos + len(st.open) and not st.skip):
+            return pos, ""
+        return pos, encode_done(pos, end, st.skip, through=taken, missing=st.open)
 
     def uncommit(self, partitions: Iterable[P]) -> None:
         """A commit of these positions failed: ``committable`` returns them again."""
@@ -227,14 +255,14 @@ class OffsetTracker(Generic[P]):
     def _drop(self, partition: P) -> None:
         st = self._parts.pop(partition, None)
         if st is not None:
-            self._inflight -= len(st.pending) - len(st.done)
+            self._inflight -= len(st.open)
 
     def inflight(self, partition: P | None = None) -> int:
         """Records taken and not done (of one partition, or all)."""
         if partition is None:
             return self._inflight
         st = self._parts.get(partition)
-        return len(st.pending) - len(st.done) if st else 0
+        return len(st.open) if st else 0
 
     def partitions(self) -> list[P]:
         return list(self._parts)
