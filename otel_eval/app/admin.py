@@ -15,7 +15,7 @@
     GET  /v1/evaluations/{trace_id}     one object, 404 if unknown
     GET  /v1/sessions?service=&agent=&passed=&since=&until=&limit=&cursor=
                                         (and counted_since=&counted_until=: the window the
-                                        session metrics count in, store.sessions.counted)
+                                        session metrics count in, store.sessions)
                                         conversations, newest last turn first, computed from
                                         the stored turns: {"sessions": [...], "next_cursor"}
                                         (otel_eval.store.sessions, evaluate.sessions.reader)

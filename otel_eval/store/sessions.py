@@ -21,11 +21,12 @@ events show the conversation id and the service apart (``split_session_key``).
     since, until        the session's last turn's evaluation time, Unix seconds or RFC 3339;
                         since <= t < until
     counted_since, counted_until
-                        the window the session metrics count the session in (completions,
-                        session findings: ``sessions.idle_timeout_s`` after its last turn),
-                        as the alert's and the dashboard's links give it: the last turn's
-                        evaluation time plus the idle timeout, since <= t + idle < until
-                        (``SessionQuery.counted``, applied by the reader, which knows it)
+                        the window the session metrics count the session in, as the alert's
+                        and the dashboard's links give it: when its completion was stored
+                        (``sessions.completed_at_ns``, the instant the job counts it), Unix
+                        seconds or RFC 3339; since <= t < until. A session never completed
+                        is counted in no window; one completed again after a late turn, at
+                        its last completion
     limit               1..200, default 20
     cursor              ``next_cursor`` of the previous page
 
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from otel_eval.base.configcheck import is_ascii_digits
@@ -51,7 +52,7 @@ from otel_eval.store.query import (
 )
 
 __all__ = ["MAX_SESSION_LIMIT", "AmbiguousSession", "SessionCursor", "SessionQuery", "StoredTurns",
-           "counted", "session_key", "session_list_sql", "session_service", "split_session_key",
+           "session_key", "session_list_sql", "session_service", "split_session_key",
            "turns_sql"]
 
 MAX_SESSION_LIMIT = 200  # sessions per page (each is read and evaluated: its turns' bodies)
@@ -158,8 +159,8 @@ class SessionQuery:
     # The last turn's evaluation time bounds, Unix nanoseconds: since <= t < until.
     since_ns: int | None = None
     until_ns: int | None = None
-    # The same shifted by the idle timeout, Unix nanoseconds: the window the session metrics
-    # counted the session in (``counted``: since <= t + idle < until).
+    # When the session's completion was stored, Unix nanoseconds: since <= t < until (the
+    # window the session metrics counted it in; a session never completed matches none).
     counted_since_ns: int | None = None
     counted_until_ns: int | None = None
     # Page size, 1..200.
@@ -203,26 +204,11 @@ class SessionQuery:
         return cls(**kwargs)
 
 
-def counted(q: SessionQuery, idle_timeout_s: float) -> SessionQuery:
-    """``q`` with its counted window as last-turn bounds: a session is counted (completed,
-    its findings) ``idle_timeout_s`` after its last turn, so a metric's window of
-    completions is that window of last turns shifted back by it."""
-    idle_ns = round(idle_timeout_s * 1e9)
-    since, until = q.since_ns, q.until_ns
-    if q.counted_since_ns is not None:
-        shifted = q.counted_since_ns - idle_ns
-        since = shifted if since is None else max(since, shifted)
-    if q.counted_until_ns is not None:
-        shifted = q.counted_until_ns - idle_ns
-        until = shifted if until is None else min(until, shifted)
-    return replace(q, since_ns=since, until_ns=until, counted_since_ns=None,
-                   counted_until_ns=None)
-
-
 def session_list_sql(q: SessionQuery, mark: str, after: SessionCursor | None,
                      n: int) -> tuple[str, list[Any]]:
     """SELECT (session_id, last turn's evaluated_at_ns) of the next ``n`` sessions after
-    ``after`` matching ``q``'s service, agent and time filters, newest first."""
+    ``after`` matching ``q``'s service, agent and time filters, newest first (the counted
+    window on the ``sessions`` table's completion time)."""
     where, args = ["session_id IS NOT NULL"], list[Any]()
     # service and agent as the metrics label them (query.label_condition: "unknown" is none)
     if q.service is not None:  # the service is part of the session's key: every turn's
@@ -236,6 +222,16 @@ def session_list_sql(q: SessionQuery, mark: str, after: SessionCursor | None,
             where.append(f"session_id IN (SELECT session_id FROM evaluations WHERE "
                          f"{condition} AND session_id IS NOT NULL)")
             args += given
+    completed = []  # the completion's time, the instant the session metrics count it
+    if q.counted_since_ns is not None:
+        completed.append(f"completed_at_ns >= {mark}")
+        args.append(q.counted_since_ns)
+    if q.counted_until_ns is not None:
+        completed.append(f"completed_at_ns < {mark}")
+        args.append(q.counted_until_ns)
+    if completed:
+        where.append("session_id IN (SELECT session_id FROM sessions WHERE "
+                     + " AND ".join(completed) + ")")
     having: list[str] = []
     last = "MAX(evaluated_at_ns)"
     if q.since_ns is not None:

@@ -18,8 +18,9 @@ from grafana_files import alert_rules, metric_names, panels
 from otel_eval.base.results import Evaluation, Finding, Verdict
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.sessions.config import SessionsConfig
+from otel_eval.evaluate.sessions.job import SessionJob
 from otel_eval.evaluate.sessions.reader import SessionReader
-from otel_eval.store import Store
+from otel_eval.store import EvaluationStore, Store
 from otel_eval.store.query import EvaluationQuery
 from otel_eval.store.sessions import SessionQuery
 from otel_eval.telemetry.metrics import Metrics
@@ -201,6 +202,11 @@ def test_a_panel_series_links_the_runs_of_the_dashboards_time_range(tmp_path: Pa
     store.close()
 
 
+def _complete_at(store: EvaluationStore, config: SessionsConfig, now_s: float) -> int:
+    """The session job's check at ``now_s``: the sessions it completes are counted then."""
+    return SessionJob(store, config, Metrics()).tick(now_s)
+
+
 def _turn(i: int, session: str, tool_call: bool, passed: bool) -> Evaluation:
     steps = [Step(0, f"{i:016x}", None, "tool", "search", tool_name="search",
                   arguments={"q": "flights"})] if tool_call else []
@@ -220,6 +226,7 @@ def test_the_session_loop_alert_links_the_conversations_its_metric_counts(
                     _turn(3, "looping", True, True),  # the same call in 3 turns
                     _turn(4, "bad_turn", False, True), _turn(5, "bad_turn", False, False),
                     _turn(6, "fine", False, True)])
+    _complete_at(store, SessionsConfig(), 10**9 + 1800 + 1)  # idle after the last turn
     reader = SessionReader(store, SessionsConfig())
     looping = {r["session_id"] for r in reader.page(SessionQuery(limit=10))["sessions"]
                if any(f["detector"] == "loop" for f in r["findings"])}
@@ -244,6 +251,7 @@ def test_a_session_findings_series_links_the_conversations_with_that_finding(
     store.put_many([_turn(1, "looping", True, True), _turn(2, "looping", True, True),
                     _turn(3, "looping", True, True), _turn(4, "bad_turn", False, True),
                     _turn(5, "bad_turn", False, False), _turn(6, "fine", False, True)])
+    _complete_at(store, SessionsConfig(), 10**9 + 1800 + 1)  # idle after the last turn
     reader = SessionReader(store, SessionsConfig())
     records = reader.page(SessionQuery(limit=10))["sessions"]
     checked = 0
@@ -288,14 +296,15 @@ def _conversation(n: int, last_s: int) -> list[Evaluation]:
 
 
 def _counted_in(start_s: int, end_s: int, idle_s: int, tmp_path: Path) -> SessionReader:
-    """A store of conversations whose last turns are just before and just inside the
-    window ``[start_s, end_s)`` of completions, ``idle_s`` after each last turn: c1 and c2
-    are completed (counted) in it, c0 before it, c3 at its end."""
+    """A store of conversations completed (counted) just before and just inside the window
+    ``[start_s, end_s)``, each by the job's check just after it went ``idle_s`` quiet: c1
+    and c2 in it, c0 before it, c3 at its end."""
     store = Store(str(tmp_path / "s.db"))
-    for n, last_s in enumerate((start_s - idle_s - 1, start_s - idle_s, end_s - idle_s - 1,
-                                end_s - idle_s)):
-        store.put_many(_conversation(n, last_s))
-    return SessionReader(store, SessionsConfig(idle_timeout_s=idle_s))
+    config = SessionsConfig(idle_timeout_s=idle_s)
+    for n, done_s in enumerate((start_s - 1, start_s, end_s - 1, end_s)):
+        store.put_many(_conversation(n, done_s - idle_s - 1))
+        assert _complete_at(store, config, done_s) == 1
+    return SessionReader(store, config)
 
 
 def test_the_session_alert_link_opens_the_conversations_its_window_counts(
@@ -350,3 +359,30 @@ def test_a_session_panel_series_links_the_conversations_the_range_counts(
                 checked += 1
     assert checked >= 3
     reader.store.close()
+
+
+def test_a_counted_window_lists_the_conversations_completed_in_it(tmp_path: Path) -> None:
+    """``counted_since``/``counted_until`` select the conversations whose completion the
+    session metrics counted in the window: when the job stored it. Before, they were read
+    as the last turn plus ``sessions.idle_timeout_s``, which is not when a conversation is
+    completed: the job's check comes up to ``check_interval_s`` later (c0, completed at the
+    window's start, was left out), ``max_session_duration_s`` and ``max_open_sessions``
+    complete one early (c1, cut in the window, was left out), and a conversation whose
+    turns were stored late is not complete at all (c3, open, counted nowhere, was listed)."""
+    start_s, end_s, idle_s = 1_800_000_000, 1_800_003_600, 600
+    store = Store(str(tmp_path / "s.db"))
+    config = SessionsConfig(idle_timeout_s=idle_s)
+    store.put_many(_conversation(2, start_s - idle_s - 100))
+    assert _complete_at(store, config, start_s - 10) == 1  # c2: before the window
+    store.put_many(_conversation(0, start_s - idle_s - 5))
+    assert _complete_at(store, config, start_s) == 1  # c0: a check 5 s after it went idle
+    store.put_many(_conversation(1, end_s - 100))  # c1: cut for its duration, in the window
+    assert _complete_at(store, SessionsConfig(idle_timeout_s=idle_s,
+                                              max_session_duration_s=30), end_s - 50) == 1
+    store.put_many(_conversation(3, start_s - idle_s + 10))  # c3: stored late, still open
+    reader = SessionReader(store, config)
+    listed = {r["session_id"] for r in reader.page(SessionQuery.from_params(
+        {"counted_since": [str(start_s)], "counted_until": [str(end_s)],
+         "limit": ["10"]}))["sessions"]}
+    assert listed == {"c0", "c1"}
+    store.close()

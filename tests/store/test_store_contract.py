@@ -1338,3 +1338,23 @@ def test_an_outcome_recorded_by_another_process_refreshes_the_calibration_report
     assert [g["failures"] for g in served()["groups"] if g["agent"] == "*"] == [1]
     taking.put_feedback(stored[1].trace_id, "success", T0)  # an older time than the last
     assert served()["labelled_runs"] == 2
+
+
+def test_a_counted_window_selects_sessions_by_their_completion(store: EvaluationStore) -> None:
+    """``counted_since``/``counted_until`` read the time a session's completion was stored
+    (the instant the session metrics count it), with the other filters and the cursor, the
+    same on both stores; a session never completed is in no window."""
+    store.put_many([_turn(1, "a", T0 + 1), _turn(2, "b", T0 + 2), _turn(3, "open", T0 + 3),
+                    _turn(4, "c", T0 + 4, service="desk")])
+    for n, (key, last) in enumerate(((_key("a"), T0 + 1), (_key("b"), T0 + 2),
+                                     (_key("c", "desk"), T0 + 4))):
+        assert store.claim_session(key, last, f"job:{n}", T0 + 10, 0)
+        assert store.complete_session(key, f"job:{n}", {}, T0 + 100 + n)
+    window = SessionQuery(counted_since_ns=T0 + 101, counted_until_ns=T0 + 103)
+    assert [k for k, _ in store.session_ids(window, None, 10)] == [_key("c", "desk"),
+                                                                  _key("b")]
+    assert [k for k, _ in store.session_ids(SessionQuery(service="shop", counted_since_ns=T0),
+                                            None, 10)] == [_key("b"), _key("a")]
+    ((key, at),) = store.session_ids(window, None, 1)
+    from otel_eval.store.sessions import SessionCursor
+    assert [k for k, _ in store.session_ids(window, SessionCursor(at, key), 10)] == [_key("b")]

@@ -34,7 +34,6 @@ from otel_eval.store.sessions import (
     AmbiguousSession,
     SessionCursor,
     SessionQuery,
-    counted,
     session_key,
     split_session_key,
 )
@@ -87,9 +86,7 @@ class SessionReader:
 
     def page(self, q: SessionQuery) -> dict[str, Any]:
         """``{"sessions": [...], "next_cursor": ... | null}``, newest last turn first: one
-        query for the ids of the sessions to look at (one more: is there a next page?).
-        ``q``'s counted window is shifted by ``idle_timeout_s`` (``counted``)."""
-        q = counted(q, self.config.idle_timeout_s)
+        query for the ids of the sessions to look at (one more: is there a next page?)."""
         filtered = q.passed is not None or q.detector is not None
         scan = q.limit * (SCAN_FACTOR if filtered else 1)
         ids = self.store.session_ids(q, q.cursor, scan + 1)
