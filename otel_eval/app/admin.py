@@ -7,15 +7,15 @@
                                         while the store takes writes and every stage is
                                         alive; 503 {"reason": ...} otherwise (a store
                                         refusing writes or a stage that died: named)
-    GET  /v1/evaluations?service=&agent=&task_id=&status=&passed=&detector=&since=&until=
+    GET  /v1/evaluations?service=&agent=&task_id=&status=&passed=&detector=&since=&until=&window=
                         &limit=&cursor=
                                         newest first, the per-trace JSON objects, one page:
                                         {"evaluations": [...], "next_cursor": ... | null};
                                         a bad parameter is a 400 naming it (otel_eval.store.query)
     GET  /v1/evaluations/{trace_id}     one object, 404 if unknown
     GET  /v1/sessions?service=&agent=&passed=&since=&until=&limit=&cursor=
-                                        (and counted_since=&counted_until=: the window the
-                                        session metrics count in, store.sessions)
+                                        (and counted_since=&counted_until=&counted_window=: the
+                                        window the session metrics count in, store.sessions)
                                         conversations, newest last turn first, computed from
                                         the stored turns: {"sessions": [...], "next_cursor"}
                                         (otel_eval.store.sessions, evaluate.sessions.reader)

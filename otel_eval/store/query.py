@@ -13,6 +13,10 @@
                                       ("budget:steps_exceeded,cost_usd_exceeded", at most
                                       ``MAX_KINDS``: what a metric counts, its alert's link)
     since, until                      evaluation time, Unix seconds or RFC 3339; since <= t < until
+    window                            with ``until``: the window before it, a Prometheus
+                                      duration ("15m", "1h", "1h30m"), so since = until - window
+                                      (the later of the two with ``since``): what a dashboard
+                                      point over ``[$window]`` counts, up to its time
     limit                             1..1000, default 20
     cursor                            ``next_cursor`` of the previous page
 
@@ -48,7 +52,7 @@ MAX_KINDS = 16
 # largest size stored (trajectory.max_result_bytes, 4 MiB), or 1,000 of 16 kB.
 MAX_PAGE_BYTES = 16 * 1024 * 1024
 _TEXT = ("service", "agent", "task_id", "status", "detector")
-PARAMETERS = (*_TEXT, "passed", "since", "until", "limit", "cursor")
+PARAMETERS = (*_TEXT, "passed", "since", "until", "window", "limit", "cursor")
 
 
 # How the metrics label a run's service and agent (``telemetry.labels``: missing or "" is
@@ -169,6 +173,7 @@ class EvaluationQuery:
         for name in ("since", "until"):
             if name in values:
                 kwargs[f"{name}_ns"] = parse_time(name, values[name])
+        windowed(values, kwargs, "window", "since", "until")
         if "limit" in values:
             if not is_ascii_digits(values["limit"]) or len(values["limit"]) > 4:
                 raise QueryError("limit", f"must be an integer in 1..{MAX_LIMIT}")
@@ -209,6 +214,32 @@ def parse_time(param: str, text: str) -> int:
     if not 0 <= ns < 2**63:
         raise QueryError(param, "out of range")
     return ns
+
+
+# A Prometheus duration, as the dashboard's $window holds one: whole units, largest first
+_DURATION = re.compile(r"(?:[0-9]{1,9}[wdhms]){1,5}")
+_DURATION_PART = re.compile(r"([0-9]+)([wdhms])")
+_UNIT_S = {"w": 604_800, "d": 86_400, "h": 3_600, "m": 60, "s": 1}
+
+
+def windowed(values: Mapping[str, str], kwargs: dict[str, Any], window: str, since: str,
+             until: str) -> None:
+    """The ``window`` parameter of ``values`` into ``kwargs``: ``since``'s bound becomes the
+    window's start before ``until``'s (the later of the two when both are given), as a
+    dashboard's link gives the window a point counts (``${__value.time:date:seconds}``,
+    ``${window}``): Grafana has no arithmetic on its variables."""
+    if window not in values:
+        return
+    text = values[window]
+    if len(text) > 50 or _DURATION.fullmatch(text) is None:
+        raise QueryError(window, "expected a duration (15m, 1h, 6h, 24h, 1d, 1h30m)")
+    span_ns = sum(int(n) * _UNIT_S[u] for n, u in _DURATION_PART.findall(text)) * 10**9
+    if span_ns <= 0:
+        raise QueryError(window, "must be longer than 0s")
+    end = kwargs.get(f"{until}_ns")
+    if end is None:
+        raise QueryError(window, f"needs {until} (the window's end)")
+    kwargs[f"{since}_ns"] = max(end - span_ns, kwargs.get(f"{since}_ns") or 0)
 
 
 _MAX_SECONDS = Decimal(2**63).scaleb(-9)

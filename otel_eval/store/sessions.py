@@ -27,6 +27,9 @@ events show the conversation id and the service apart (``split_session_key``).
                         seconds or RFC 3339; since <= t < until. A session never completed
                         is counted in no window; one completed again after a late turn, at
                         its last completion
+    counted_window      with ``counted_until``: the window before it, a Prometheus duration
+                        ("1h"; ``query.windowed``), what a dashboard point over ``[$window]``
+                        counts up to its time
     limit               1..200, default 20
     cursor              ``next_cursor`` of the previous page
 
@@ -49,6 +52,7 @@ from otel_eval.store.query import (
     encode_cursor,
     label_condition,
     parse_time,
+    windowed,
 )
 
 __all__ = ["MAX_SESSION_LIMIT", "AmbiguousSession", "SessionCursor", "SessionQuery", "StoredTurns",
@@ -117,7 +121,7 @@ class AmbiguousSession(LookupError):
         self.services = services
 _TEXT = ("service", "agent")
 PARAMETERS = (*_TEXT, "passed", "detector", "since", "until", "counted_since",
-              "counted_until", "limit", "cursor")
+              "counted_until", "counted_window", "limit", "cursor")
 MAX_DETECTOR_CHARS = 129  # "detector:kind", each at most 64 (the metrics' label bound)
 
 
@@ -195,6 +199,7 @@ class SessionQuery:
         for name in ("since", "until", "counted_since", "counted_until"):
             if name in values:
                 kwargs[f"{name}_ns"] = parse_time(name, values[name])
+        windowed(values, kwargs, "counted_window", "counted_since", "counted_until")
         if "limit" in values:
             if not is_ascii_digits(values["limit"]) or len(values["limit"]) > 4:
                 raise QueryError("limit", f"must be an integer in 1..{MAX_SESSION_LIMIT}")

@@ -8,20 +8,22 @@ runs that never did what it pages about."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
-from grafana_files import alert_rules, metric_names, panels
+from grafana_files import alert_rules, dashboard, metric_names, panels
 
 from otel_eval.base.results import Evaluation, Finding, Verdict
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.job import SessionJob
 from otel_eval.evaluate.sessions.reader import SessionReader
+from otel_eval.outputs.ui.routes import PAGES, Sources
 from otel_eval.store import EvaluationStore, Store
-from otel_eval.store.query import EvaluationQuery
+from otel_eval.store.query import EvaluationQuery, Page
 from otel_eval.store.sessions import SessionQuery
 from otel_eval.telemetry.metrics import Metrics
 
@@ -131,6 +133,67 @@ def _panel_links(panel: dict[str, Any], ref_id: str) -> list[str]:
     return [link["url"] for link in (config.get("defaults") or {}).get("links") or ()]
 
 
+# What Grafana fills in a data link (its docs, "Data link variables" and "Global variables"):
+# the dashboard's range, the clicked point's time (Unix ms; ``:date:seconds`` formats it),
+# the dashboard's variables (the Share window ``$window``) and the series' labels.
+DEFAULT_WINDOW = next(v for v in dashboard()["templating"]["list"]
+                      if v["name"] == "window")["current"]["value"]
+
+
+def _clicked(template: str, labels: dict[str, str], at_s: int,
+             range_s: tuple[int, int] = (0, 2 * 10**9),
+             window: str = DEFAULT_WINDOW) -> dict[str, list[str]]:
+    """The query of a panel link as Grafana sends it for the point at ``at_s`` of a graph
+    over ``range_s``."""
+    return parse_qs(urlsplit(_filled(template, labels, at_s, range_s, window)).query,
+                    keep_blank_values=True)
+
+
+def _filled(template: str, labels: dict[str, str], at_s: int, range_s: tuple[int, int],
+            window: str) -> str:
+    url = template.replace("${otel_eval_url}", "")
+    for name, value in (("__from:date:seconds", range_s[0]), ("__to:date:seconds", range_s[1]),
+                        ("__value.time:date:seconds", at_s), ("window", window)):
+        url = url.replace("${" + name + "}", str(value))
+    url = re.sub(r"\$\{__field\.labels\.(\w+):percentencode\}",
+                 lambda m: quote(labels[m.group(1)], safe=""), url)
+    assert "${" not in url, url
+    return url
+
+
+def _opened(url: str, store: EvaluationStore,
+            sessions: SessionReader | None = None) -> set[str]:
+    """The trace ids (or conversation ids) the web view lists at ``url``, as a browser
+    opens the link: through its routes, the page answered 200."""
+    seen: list[Any] = []
+
+    def query(q: EvaluationQuery) -> Page:
+        seen.append(store.query(dataclasses.replace(q, limit=1000)))
+        return seen[-1]  # type: ignore[no-any-return]
+
+    def page(q: SessionQuery) -> dict[str, Any]:
+        assert sessions is not None
+        seen.append(sessions.page(dataclasses.replace(q, limit=200)))
+        return seen[-1]  # type: ignore[no-any-return]
+
+    sources = Sources(query=query, get=store.get, issues=lambda: None, sessions=page)
+    parts = urlsplit(url)
+    for pattern, view in PAGES:
+        found = re.fullmatch(pattern, parts.path)
+        if found:
+            status, _, data = view(sources, found, parts.query)
+            assert status == 200, (url, data.decode()[-400:])
+            (listed,) = seen
+            if isinstance(listed, Page):
+                return {str(b["trace_id"]) for b in listed.evaluations}
+            return {str(r["session_id"]) for r in listed["sessions"]}
+    raise AssertionError(url)
+
+
+def _seconds(window: str) -> int:
+    return sum(int(n) * {"m": 60, "h": 3600}[u] for n, u in re.findall(r"(\d+)([mh])", window))
+
+
 def test_a_panel_series_links_exactly_the_runs_it_counts(tmp_path: Path) -> None:
     """A series of a per-trace panel (the loop and non-termination shares, the Runs in the
     window counts, per agent and per service) links the runs its metric counts: the looping
@@ -150,12 +213,7 @@ def test_a_panel_series_links_exactly_the_runs_it_counts(tmp_path: Path) -> None
                                           "otel_eval_traces_completed_created"}:
                 continue
             for template in _panel_links(panel, target["refId"]):
-                url = template.replace("${otel_eval_url}", "{{ $externalLabels.otel_eval_url }}")
-                url = url.replace("${__from:date:seconds}", "0").replace(
-                    "${__to:date:seconds}", str(NOW_S))
-                url = re.sub(r"\$\{__field\.labels\.(\w+):percentencode\}",
-                             r"{{ $labels.\1 | urlquery }}", url)
-                params = _link(url)
+                params = _clicked(template, LABELS, NOW_S, window="1d")
                 listed = {b["trace_id"] for b in store.query(EvaluationQuery.from_params(
                     {**params, "limit": ["100"]})).evaluations}
                 counted = {ev.trace_id for ev in runs
@@ -166,39 +224,40 @@ def test_a_panel_series_links_exactly_the_runs_it_counts(tmp_path: Path) -> None
     store.close()
 
 
-def test_a_panel_series_links_the_runs_of_the_dashboards_time_range(tmp_path: Path) -> None:
-    """A series' link to its runs carries the dashboard's time range (Grafana's
-    ``${__from:date:seconds}``, ``${__to:date:seconds}``): the runs the panel shows, not the
-    newest runs of the agent. Before, it carried none: a spike clicked on yesterday's graph
-    opened today's runs."""
-    start_s, end_s = 1_800_000_000, 1_800_021_600  # a 6 hour range
+def test_a_panel_point_links_the_runs_its_window_counts(tmp_path: Path) -> None:
+    """A point of a per-trace panel (the shares and counts over the Share window
+    ``$window``) counts the runs of the window up to its time: its link lists those
+    (``until`` the point's time, Grafana's ``${__value.time:date:seconds}``, and ``window``
+    the dashboard's ``${window}``), not every run of the dashboard's range. Before, it
+    carried the range (``${__from}``, ``${__to}``): a spike clicked at 14:00 on a 24-hour
+    graph listed the day's runs newest first, the hour behind the spike pages down."""
+    start_s, end_s = 1_800_000_000, 1_800_086_400  # a 24 hour range
+    at_s = start_s + 43_200  # the point clicked, mid-range
     store = Store(str(tmp_path / "s.db"))
-    edges = (start_s - 1, start_s, end_s - 1, end_s)
-    runs = [Evaluation(Trajectory(f"{i:032x}", "otlp", "complete", [], service="shop",
-                                  agent="planner"),
-                       [Finding("loop", "stagnation", "error", "x"),
-                        Finding("non_termination", "halted", "error", "x")],
-                       Verdict(False, []), evaluated_at_ns=t * 10**9)
-            for i, t in enumerate(edges)]
-    store.put_many(runs)
     checked = 0
-    for panel in panels():
-        for target in panel["targets"]:
-            for template in _panel_links(panel, target["refId"]):
-                if not template.startswith("${otel_eval_url}/ui/?"):
+    for w, window in enumerate(("1h", "15m", "6h")):
+        low = at_s - _seconds(window)
+        edges = (start_s, low - 1, low, at_s - 1, at_s, end_s - 1)
+        runs = [Evaluation(Trajectory(f"{w + 1:02x}{i:030x}", "otlp", "complete", [],
+                                      service="shop", agent="planner"),
+                           [Finding("loop", "stagnation", "error", "x"),
+                            Finding("non_termination", "halted", "error", "x")],
+                           Verdict(False, []), evaluated_at_ns=t * 10**9)
+                for i, t in enumerate(edges)]
+        store.put_many(runs)
+        for panel in panels():
+            for target in panel["targets"]:
+                if "[$window]" not in target["expr"]:
                     continue
-                url = template.replace("${__from:date:seconds}", str(start_s)).replace(
-                    "${__to:date:seconds}", str(end_s)).replace("${otel_eval_url}", "")
-                url = re.sub(r"\$\{__field\.labels\.(\w+):percentencode\}",
-                             lambda m: LABELS[m.group(1)], url)
-                params = parse_qs(urlsplit(url).query, keep_blank_values=True)
-                assert (params.get("since"), params.get("until")) == (
-                    [str(start_s)], [str(end_s)]), (panel["title"], template)
-                listed = {b["trace_id"] for b in store.query(EvaluationQuery.from_params(
-                    {**params, "limit": ["100"]})).evaluations}
-                assert listed == {runs[1].trace_id, runs[2].trace_id}, panel["title"]
-                checked += 1
-    assert checked >= 7
+                for template in _panel_links(panel, target["refId"]):
+                    if not template.startswith("${otel_eval_url}/ui/?"):
+                        continue
+                    url = _filled(template, LABELS, at_s, (start_s, end_s), window)
+                    listed = _opened(url, store) & {r.trace_id for r in runs}
+                    assert listed == {runs[2].trace_id, runs[3].trace_id}, (
+                        panel["title"], window, template)
+                    checked += 1
+    assert checked >= 21
     store.close()
 
 
@@ -264,13 +323,8 @@ def test_a_session_findings_series_links_the_conversations_with_that_finding(
             counted = {r["session_id"] for r in records
                        if any(f["detector"] == found.group(1) for f in r["findings"])}
             for template in _panel_links(panel, target["refId"]):
-                url = template.replace("${otel_eval_url}", "").replace(
-                    "${__from:date:seconds}", "0").replace(
-                    "${__to:date:seconds}", str(2 * 10**9))
-                url = re.sub(r"\$\{__field\.labels\.(\w+):percentencode\}",
-                             lambda m: {"service": "desk", "agent": "concierge"}[m.group(1)],
-                             url)
-                params = parse_qs(urlsplit(url).query, keep_blank_values=True)
+                params = _clicked(template, {"service": "desk", "agent": "concierge"},
+                                  10**9 + 3600, window="1h")
                 listed = {r["session_id"] for r in reader.page(SessionQuery.from_params(
                     {**params, "limit": ["10"]}))["sessions"]}
                 assert listed == counted, (panel["title"], target["refId"], template)
@@ -329,32 +383,31 @@ def test_the_session_alert_link_opens_the_conversations_its_window_counts(
     reader.store.close()
 
 
-def test_a_session_panel_series_links_the_conversations_the_range_counts(
+def test_a_session_panel_point_links_the_conversations_its_window_counts(
         tmp_path: Path) -> None:
-    """A Conversations panel's series (failure rate, session loop and non-termination rate)
-    counts sessions as they complete, the idle timeout after their last turn: its link
-    lists those completed in the dashboard's range (``counted_since``, ``counted_until``
-    from Grafana's ``${__from:date:seconds}``, ``${__to:date:seconds}``). Before, it
-    carried no window: a spike clicked on yesterday's graph opened today's conversations."""
-    start_s, end_s, idle_s = 1_800_000_000, 1_800_021_600, 1800
-    reader = _counted_in(start_s, end_s, idle_s, tmp_path)
+    """A Conversations panel's point (failure rate, session loop and non-termination rate,
+    over the Share window ``$window``) counts the sessions completed in the window up to its
+    time: its link lists those (``counted_until`` the point's time, Grafana's
+    ``${__value.time:date:seconds}``, ``counted_window`` the dashboard's ``${window}``).
+    Before, it carried the dashboard's range: the conversations of the whole range."""
+    at_s, idle_s = 1_800_000_000, 1800
+    start_s, end_s = at_s - 43_200, at_s + 43_200  # the point mid-range of 24 hours
+    window_s = _seconds(DEFAULT_WINDOW)
+    reader = _counted_in(at_s - window_s, at_s, idle_s, tmp_path)
+    config = SessionsConfig(idle_timeout_s=idle_s)
+    for n, done_s in ((4, start_s + 10), (5, end_s - 10)):  # in the range, not the window
+        reader.store.put_many(_conversation(n, done_s - idle_s - 1))
+        assert _complete_at(reader.store, config, done_s) == 1
     checked = 0
     for panel in panels():
         for target in panel["targets"]:
             for template in _panel_links(panel, target["refId"]):
                 if not template.startswith("${otel_eval_url}/ui/sessions?"):
                     continue
-                url = template.replace("${__from:date:seconds}", str(start_s)).replace(
-                    "${__to:date:seconds}", str(end_s)).replace("${otel_eval_url}", "")
-                url = re.sub(r"\$\{__field\.labels\.(\w+):percentencode\}",
-                             lambda m: {"service": "desk", "agent": "concierge"}[m.group(1)],
-                             url)
-                params = parse_qs(urlsplit(url).query, keep_blank_values=True)
-                assert (params.get("counted_since"), params.get("counted_until")) == (
-                    [str(start_s)], [str(end_s)]), (panel["title"], template)
-                window = {k: v for k, v in params.items() if k not in ("passed", "detector")}
-                listed = {r["session_id"] for r in reader.page(SessionQuery.from_params(
-                    {**window, "limit": ["10"]}))["sessions"]}
+                url = _filled(template, {"service": "desk", "agent": "concierge"}, at_s,
+                              (start_s, end_s), DEFAULT_WINDOW)
+                url = re.sub(r"&(passed|detector)=[^&]*", "", url)  # the window alone
+                listed = _opened(url, reader.store, reader)
                 assert listed == {"c1", "c2"}, (panel["title"], template)
                 checked += 1
     assert checked >= 3

@@ -214,3 +214,31 @@ def test_a_detector_filter_reads_a_bounded_number_of_bodies_per_page(
         cursor = EvaluationQuery.from_params({"cursor": [page.next_cursor]}).cursor
     assert found == [1] and pages == 3
     store.close()
+
+
+@pytest.mark.parametrize(("window", "span_s"), [
+    ("15m", 900), ("1h", 3600), ("6h", 21_600), ("24h", 86_400), ("1d", 86_400),
+    ("1h30m", 5400), ("1w", 604_800), ("90s", 90)])
+def test_a_window_ends_at_until(window: str, span_s: int) -> None:
+    """``window`` (a dashboard link's ``${window}``, a Prometheus duration) with ``until`` (the
+    clicked point's time) is the window that point counts: since = until - window, the
+    later of the two with ``since``."""
+    until = str(T0 // 10**9)
+    q = EvaluationQuery.from_params({"until": [until], "window": [window]})
+    assert (q.since_ns, q.until_ns) == (T0 - span_s * 10**9, T0)
+    later = str(T0 // 10**9 - 60)
+    q = EvaluationQuery.from_params({"until": [until], "window": [window], "since": [later]})
+    assert q.since_ns == T0 - 60 * 10**9
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"window": "1h"}, "needs until"), ({"until": "1", "window": "1x"}, "duration"),
+    ({"until": "1", "window": "h"}, "duration"), ({"until": "1", "window": "0m"}, "longer"),
+    ({"until": "1", "window": "-1h"}, "duration"), ({"until": "1", "window": "1" * 60 + "s"},
+                                                     "duration"),
+    ({"until": "1", "window": "1h" * 6}, "duration"), ({"until": "1", "window": "500ms"},
+                                                       "duration")])
+def test_a_bad_window_is_refused(params: dict[str, str], message: str) -> None:
+    with pytest.raises(QueryError, match=message) as err:
+        EvaluationQuery.from_params({k: [v] for k, v in params.items()})
+    assert err.value.param == "window"

@@ -23,7 +23,7 @@ from otel_eval.outputs.ui.verdicts import agent_name, p_badge
 from otel_eval.store.query import STATUSES, Page
 
 FILTERS = ("service", "agent", "task_id", "status", "passed", "detector", "since", "until",
-           "limit")
+           "window", "limit")
 DEFAULT_LIMIT = "50"
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 PREVIEW_CHARS = 120  # of a run's input shown in the list (one line)
@@ -121,6 +121,7 @@ def _form(params: Mapping[str, str]) -> Html:
              choose("status", "status", (("", "any"), *((s, s) for s in STATUSES))),
              field("detector", "finding", "loop or loop:stagnation"),
              field("since", "since", "2026-12-01T09:00:00Z"), field("until", "until"),
+             field("window", "window before until", "1h"),
              h("input", type="hidden", name="limit", value=params.get("limit", DEFAULT_LIMIT)),
              h("button", "filter", type="submit"), method="get", action="/ui/",
              class_="filters")
