@@ -46,6 +46,10 @@ Both stores keep the same tables, with each engine's types:
    17  each turn's start read again from its body as 13 now reads it, the same on both
        stores: 13 stored a REAL on SQLite for a start past 64 bits, and on PostgreSQL the
        first step's start for a run whose start was null, negative or past BIGINT (0 now)
+   18  sessions.first_completed_at_ns: when a session was first completed, the completion the
+       session metrics count, which ``counted_since``/``counted_until`` select on (a late
+       turn's re-completion moves ``completed_at_ns``); backfilled where the completion
+       stored is the first, NULL (in no counted window) for one completed more than once
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -70,6 +74,7 @@ from typing import Any
 
 from otel_eval.store import nul_text
 from otel_eval.store.session_rows import events as sessions_events
+from otel_eval.store.session_rows import first_completion as sessions_first_completion
 from otel_eval.store.session_rows import rekey as sessions_rekey
 from otel_eval.store.session_rows import shorter_keys as sessions_shorter_keys
 from otel_eval.store.session_rows import table as sessions_table
@@ -134,6 +139,15 @@ def _sqlite_span_ids(execute: Callable[..., Any]) -> None:
     """Migration 16 on SQLite (no ``ADD COLUMN IF NOT EXISTS``): the column once."""
     if "span_ids" not in {row[1] for row in execute("PRAGMA table_info(evaluations)")}:
         execute("ALTER TABLE evaluations ADD COLUMN span_ids TEXT")
+
+
+def _sqlite_first_completion(execute: Callable[..., Any]) -> None:
+    """Migration 18 on SQLite (no ``ADD COLUMN IF NOT EXISTS``): the column once, then the
+    backfill (the same values again if run again)."""
+    add, backfill = sessions_first_completion("INTEGER", "")
+    if "first_completed_at_ns" not in {row[1] for row in execute("PRAGMA table_info(sessions)")}:
+        execute(add)
+    execute(backfill)
 
 
 def _backfill_started(start: str, differs: str = "") -> str:
@@ -220,6 +234,7 @@ SQLITE: tuple[Migration, ...] = (
     (15, "text with NUL as U+FFFD", (nul_text.rewrite_sqlite,)),
     (16, "evaluation span ids", (_sqlite_span_ids,)),
     (17, "run starts read again", (_backfill_started(_SQLITE_START, "IS NOT"),)),
+    (18, "session first completions", (_sqlite_first_completion,)),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -307,6 +322,7 @@ POSTGRESQL: tuple[Migration, ...] = (
         "ALTER TABLE evaluations ADD COLUMN IF NOT EXISTS span_ids TEXT",
     )),
     (17, "run starts read again", (_backfill_started(_PG_START, "IS DISTINCT FROM"),)),
+    (18, "session first completions", sessions_first_completion("BIGINT", " IF NOT EXISTS")),
 )
 
 LATEST = SQLITE[-1][0]

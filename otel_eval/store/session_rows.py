@@ -34,8 +34,8 @@ from typing import Any, NamedTuple
 
 from otel_eval.store.sessions import KEY_SEPARATOR, MAX_SERVICE_CHARS, session_key
 
-__all__ = ["KeptSessions", "SessionRow", "SessionWrites", "events", "rekey", "session_writes",
-           "sql"]
+__all__ = ["KeptSessions", "SessionRow", "SessionWrites", "events", "first_completion", "rekey",
+           "session_writes", "sql"]
 
 
 def table(text: str, bigint: str, boolean: str, collate: str) -> tuple[str, ...]:
@@ -121,6 +121,18 @@ def events(bigint: str, if_not_exists: str) -> tuple[str, ...]:
     return (
         f"ALTER TABLE sessions ADD COLUMN{if_not_exists} events_due_ns {bigint}",
         "CREATE INDEX IF NOT EXISTS sessions_by_events_due ON sessions (events_due_ns)",
+    )
+
+
+def first_completion(bigint: str, if_not_exists: str) -> tuple[str, ...]:
+    """Migration 18's statements in one dialect: when the session was first completed, the
+    completion the session metrics count (a later one, after a late turn re-opened it,
+    counts only ``sessions_reopened``), so a metric's window lists it (``counted_since``).
+    Backfilled where the completion stored is the first; a row completed more than once
+    before it holds NULL (when its first completion was is not known: in no window)."""
+    return (
+        f"ALTER TABLE sessions ADD COLUMN{if_not_exists} first_completed_at_ns {bigint}",
+        "UPDATE sessions SET first_completed_at_ns = completed_at_ns WHERE completions = 1",
     )
 
 
@@ -245,9 +257,11 @@ def sql(m: str, char: str, instr: str) -> dict[str, str]:
         "claim": f"UPDATE sessions SET state = 'claimed', claim = {m}, claimed_at_ns = {m} "
                  f"WHERE session_id = {m} AND last_turn_ns = {m} AND (state = 'open' OR "
                  f"(state = 'claimed' AND claimed_at_ns < {m}))",
+        # the first completion's time kept (migration 18): the one the metrics count
         "complete": f"UPDATE sessions SET state = 'complete', claim = NULL, body = {m}, "
                     f"passed = {m}, completed_at_ns = {m}, completions = completions + 1, "
-                    f"events_due_ns = {m} "
+                    f"first_completed_at_ns = CASE WHEN completions = 0 THEN {m} "
+                    f"ELSE first_completed_at_ns END, events_due_ns = {m} "
                     f"WHERE session_id = {m} AND state = 'claimed' AND claim = {m}",
         # completions whose event is owed, its holder's lease over (``events``): oldest first
         "events_due": f"SELECT session_id, completions, events_due_ns FROM sessions WHERE "
@@ -346,8 +360,8 @@ class KeptSessions:
         on), in the same statement; None: no event goes out."""
         verdict = record.get("verdict") or {}
         passed = verdict.get("passed") if isinstance(verdict, dict) else None
-        return self._one("complete", json.dumps(record), passed, now_ns, events_due_ns,
-                         session_id, claim)[1] == 1
+        return self._one("complete", json.dumps(record), passed, now_ns, now_ns,
+                         events_due_ns, session_id, claim)[1] == 1
 
     # The completion's event is owed from its store until the events sink delivered it (or
     # dropped it for good): ``events_due_ns`` is when another process may send it, the lease

@@ -22,11 +22,11 @@ events show the conversation id and the service apart (``split_session_key``).
                         since <= t < until
     counted_since, counted_until
                         the window the session metrics count the session in, as the alert's
-                        and the dashboard's links give it: when its completion was stored
-                        (``sessions.completed_at_ns``, the instant the job counts it), Unix
-                        seconds or RFC 3339; since <= t < until. A session never completed
-                        is counted in no window; one completed again after a late turn, at
-                        its last completion
+                        and the dashboard's links give it: when its first completion was
+                        stored (``sessions.first_completed_at_ns``, the instant the job
+                        counted it; a later one, after a late turn re-opened the session,
+                        counts only as re-opened), Unix seconds or RFC 3339; since <= t <
+                        until. A session never completed is counted in no window
     counted_window      with ``counted_until``: the window before it, a Prometheus duration
                         ("1h"; ``query.windowed``), what a dashboard point over ``[$window]``
                         counts up to its time
@@ -163,8 +163,8 @@ class SessionQuery:
     # The last turn's evaluation time bounds, Unix nanoseconds: since <= t < until.
     since_ns: int | None = None
     until_ns: int | None = None
-    # When the session's completion was stored, Unix nanoseconds: since <= t < until (the
-    # window the session metrics counted it in; a session never completed matches none).
+    # When the session's first completion was stored, Unix nanoseconds: since <= t < until
+    # (the window the session metrics counted it in; a session never completed matches none).
     counted_since_ns: int | None = None
     counted_until_ns: int | None = None
     # Page size, 1..200.
@@ -227,12 +227,12 @@ def session_list_sql(q: SessionQuery, mark: str, after: SessionCursor | None,
             where.append(f"session_id IN (SELECT session_id FROM evaluations WHERE "
                          f"{condition} AND session_id IS NOT NULL)")
             args += given
-    completed = []  # the completion's time, the instant the session metrics count it
+    completed = []  # the first completion's time, the instant the session metrics count it
     if q.counted_since_ns is not None:
-        completed.append(f"completed_at_ns >= {mark}")
+        completed.append(f"first_completed_at_ns >= {mark}")
         args.append(q.counted_since_ns)
     if q.counted_until_ns is not None:
-        completed.append(f"completed_at_ns < {mark}")
+        completed.append(f"first_completed_at_ns < {mark}")
         args.append(q.counted_until_ns)
     if completed:
         where.append("session_id IN (SELECT session_id FROM sessions WHERE "

@@ -439,3 +439,33 @@ def test_a_counted_window_lists_the_conversations_completed_in_it(tmp_path: Path
          "limit": ["10"]}))["sessions"]}
     assert listed == {"c0", "c1"}
     store.close()
+
+
+def test_a_conversation_resumed_stays_in_the_window_that_counted_it(tmp_path: Path) -> None:
+    """A conversation completed, then resumed after the idle timeout and completed again, is
+    counted once by the session metrics (its loop finding, the alert's), at its first
+    completion; the second counts only as re-opened. The alert's window lists it there.
+    Before, the window read its last completion: the alert that fired on its loop opened a
+    list without it."""
+    now_s, idle_s = 1_800_000_000, 600
+    store = Store(str(tmp_path / "s.db"))
+    config = SessionsConfig(idle_timeout_s=idle_s)
+    metrics = Metrics()
+    store.put_many(_conversation(0, now_s - 1800))
+    assert SessionJob(store, config, metrics).tick(now_s - 1800 + idle_s + 1) == 1
+    resumed = _conversation(0, now_s + 10)[-1]  # the user comes back, after the alert
+    resumed.trajectory.trace_id = "f" * 32
+    store.put_many([resumed])
+    assert SessionJob(store, config, metrics).tick(now_s + 10 + idle_s + 1) == 1
+    counted = {s.name: s.value for f in metrics.registry.collect() for s in f.samples
+               if s.name in ("otel_eval_sessions_completed_total",
+                             "otel_eval_sessions_reopened_total")}
+    assert counted == {"otel_eval_sessions_completed_total": 1,
+                       "otel_eval_sessions_reopened_total": 1}
+    rules = {r["alert"]: r for r in alert_rules() if "alert" in r}
+    template = rules["OtelEvalSessionLoopsRepeated"]["annotations"]["otel_eval_url"]
+    params = _link(template, {"service": "desk", "agent": "concierge"}, now_s=now_s)
+    listed = {r["session_id"] for r in SessionReader(store, config).page(
+        SessionQuery.from_params({**params, "limit": ["10"]}))["sessions"]}
+    assert listed == {"c0"}
+    store.close()

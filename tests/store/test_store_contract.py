@@ -1358,3 +1358,35 @@ def test_a_counted_window_selects_sessions_by_their_completion(store: Evaluation
     ((key, at),) = store.session_ids(window, None, 1)
     from otel_eval.store.sessions import SessionCursor
     assert [k for k, _ in store.session_ids(window, SessionCursor(at, key), 10)] == [_key("b")]
+
+
+def test_a_counted_window_holds_a_session_at_its_first_completion(target: str,
+                                                                  stores: Open) -> None:
+    """The session metrics count a conversation at its first completion (a late turn's
+    re-completion counts only as re-opened): the counted window selects that one
+    (migration 18), not the last. Before, a conversation whose user came back after the idle
+    timeout left the window of the alert its first completion fired, and stood in a later
+    one that counted nothing of it. A store of version 17 backfills the sessions completed
+    once; one completed more than once is in no window (its first completion unknown)."""
+    store = stores()
+    store.put_many([_turn(1, "back", T0 + 1), _turn(2, "twice", T0 + 2)])
+    for key, last in ((_key("back"), T0 + 1), (_key("twice"), T0 + 2)):
+        assert store.claim_session(key, last, "job:1", T0 + 10, 0)
+        assert store.complete_session(key, "job:1", {}, T0 + 100)
+    store.put_many([_turn(3, "back", T0 + 500)])  # the user came back: re-opened
+    assert store.claim_session(_key("back"), T0 + 500, "job:2", T0 + 900, 0)
+    assert store.complete_session(_key("back"), "job:2", {}, T0 + 1000)
+
+    def counted(since: int, until: int) -> list[str]:
+        q = SessionQuery(counted_since_ns=since, counted_until_ns=until)
+        return [k for k, _ in stores().session_ids(q, None, 10)]
+
+    assert counted(T0 + 100, T0 + 101) == [_key("back"), _key("twice")]
+    assert counted(T0 + 101, T0 + 2000) == []
+    # as a store of version 17 was, "twice" completed twice, "back" once
+    _sql(target, "ALTER TABLE sessions DROP COLUMN first_completed_at_ns")
+    _sql(target, "DELETE FROM schema_version WHERE version >= 18")
+    _sql(target, f"UPDATE sessions SET completions = 2 WHERE session_id = '{_key('twice')}'")
+    _sql(target, f"UPDATE sessions SET completions = 1 WHERE session_id = '{_key('back')}'")
+    assert counted(T0 + 1000, T0 + 1001) == [_key("back")]
+    assert counted(0, 1 << 62) == [_key("back")]
