@@ -78,6 +78,18 @@ def label_condition(column: str, value: str, mark: str) -> tuple[str | None, lis
     return f"{column} = {mark}", [value]
 
 
+def label_matches(name: str | None, value: str) -> bool:
+    """``label_condition`` over a value read, not a column: whether the metrics label a
+    ``name`` ``value``."""
+    if value == OTHER_LABEL:
+        return True
+    if value == UNKNOWN_LABEL:
+        return not name or name == value
+    if len(value) == LABEL_CHARS:
+        return (name or "")[:LABEL_CHARS] == value
+    return name == value
+
+
 class QueryError(ValueError):
     """A query parameter that cannot be used; ``param`` names it: its first
     ``QUOTED_CHARS`` characters (an unknown one is the client's text, up to the whole query

@@ -11,8 +11,10 @@ events show the conversation id and the service apart (``split_session_key``).
 
 ``GET /v1/sessions`` takes a ``SessionQuery``:
 
-    service, agent      the session's service / a turn of the session has this agent, as
-                        the metrics label them ("unknown": none; ``query.label_condition``)
+    service, agent      the session's service / agent (its last turn's named agent, the one
+                        its metrics count it under), as the metrics label them ("unknown":
+                        none; ``query.label_condition``); the agent applied as ``passed`` is
+                        (the store selects the sessions a turn of which has it)
     passed              true | false: the session's verdict (applied after the session is
                         evaluated on read: a page may hold fewer than ``limit`` sessions, and
                         then says where to go on with its cursor)
@@ -221,7 +223,7 @@ def session_list_sql(q: SessionQuery, mark: str, after: SessionCursor | None,
         where += [condition] if condition else []
         args += given
     if q.agent is not None:  # a turn has it: the session's other turns still count (its
-        # last turn, the order)
+        # last turn, the order); the session's own agent is read after (``reader``)
         condition, given = label_condition("agent", q.agent, mark)
         if condition:
             where.append(f"session_id IN (SELECT session_id FROM evaluations WHERE "

@@ -469,3 +469,33 @@ def test_a_conversation_resumed_stays_in_the_window_that_counted_it(tmp_path: Pa
         SessionQuery.from_params({**params, "limit": ["10"]}))["sessions"]}
     assert listed == {"c0"}
     store.close()
+
+
+def test_a_conversation_is_linked_from_the_agent_its_metrics_count_it_under(
+        tmp_path: Path) -> None:
+    """A conversation handed from one agent to another (triage's turns, then billing's) is
+    counted by the session metrics under one agent, its last turn's: the session alert's
+    link for that agent lists it, the other agent's lists it not. Before, the ``agent``
+    filter took any turn's agent: triage's alert link (and its panels' links) listed a
+    conversation its series never counted, beside those it did."""
+    now_s, idle_s = 1_800_000_000, 600
+    store = Store(str(tmp_path / "s.db"))
+    turns = _conversation(0, now_s - 1800)
+    for turn, agent in zip(turns, ("triage", "triage", "billing"), strict=True):
+        turn.trajectory.agent = agent
+    store.put_many(turns)
+    config = SessionsConfig(idle_timeout_s=idle_s)
+    metrics = Metrics()
+    assert SessionJob(store, config, metrics).tick(now_s - 1800 + idle_s + 1) == 1
+    counted = {s.labels["agent"] for f in metrics.registry.collect() for s in f.samples
+               if s.name == "otel_eval_session_findings_total" and s.labels["detector"] == "loop"}
+    assert counted == {"billing"}
+    rules = {r["alert"]: r for r in alert_rules() if "alert" in r}
+    template = rules["OtelEvalSessionLoopsRepeated"]["annotations"]["otel_eval_url"]
+    reader = SessionReader(store, config)
+    for agent, expected in (("billing", {"c0"}), ("triage", set())):
+        params = _link(template, {"service": "desk", "agent": agent}, now_s=now_s)
+        listed = {r["session_id"] for r in reader.page(SessionQuery.from_params(
+            {**params, "limit": ["10"]}))["sessions"]}
+        assert listed == expected, agent
+    store.close()

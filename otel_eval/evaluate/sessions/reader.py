@@ -11,8 +11,8 @@ the end-of-conversation detectors off. Either way from the store: the turns of o
 conversation may be evaluated by different workers, processes or Kafka consumers.
 Bounded per session by ``sessions.max_turns`` and ``sessions.max_turns_chars`` of JSON (the
 newest turns; the others counted in ``counts.turns_cut``), per page by ``SessionQuery.limit``
-and, with a ``passed`` or ``detector`` filter, by ``SCAN_FACTOR`` x limit sessions looked at
-(the page then ends early, with its cursor).
+and, with a ``passed``, ``detector`` or ``agent`` filter, by ``SCAN_FACTOR`` x limit sessions
+looked at (the page then ends early, with its cursor).
 Measured on SQLite, 100,000 turns in 20,000 sessions: a page of 20 in 72 ms, of 200 in
 82 ms (the GROUP BY over the session index dominates), ``passed=false`` with none failing
 (100 sessions looked at) 103 ms, one session of 5 turns 0.1 ms.
@@ -28,6 +28,7 @@ from typing import Any
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.evaluate import evaluate_session
 from otel_eval.store.base import EvaluationStore
+from otel_eval.store.query import label_matches
 from otel_eval.store.sessions import (
     KEY_SEPARATOR,
     MAX_SERVICES_NAMED,
@@ -40,7 +41,7 @@ from otel_eval.store.sessions import (
 
 __all__ = ["SCAN_FACTOR", "SessionReader"]
 
-SCAN_FACTOR = 5  # sessions looked at per page, times its limit, with passed or detector
+SCAN_FACTOR = 5  # sessions looked at per page, times its limit, with passed, detector or agent
 
 
 class SessionReader:
@@ -87,7 +88,7 @@ class SessionReader:
     def page(self, q: SessionQuery) -> dict[str, Any]:
         """``{"sessions": [...], "next_cursor": ... | null}``, newest last turn first: one
         query for the ids of the sessions to look at (one more: is there a next page?)."""
-        filtered = q.passed is not None or q.detector is not None
+        filtered = q.passed is not None or q.detector is not None or q.agent is not None
         scan = q.limit * (SCAN_FACTOR if filtered else 1)
         ids = self.store.session_ids(q, q.cursor, scan + 1)
         out: list[dict[str, Any]] = []
@@ -119,7 +120,11 @@ def _named(record: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 def _matches(record: dict[str, Any], q: SessionQuery) -> bool:
-    """``q``'s passed and detector filters (the ones applied after reading a session)."""
+    """``q``'s passed, detector and agent filters (the ones applied after reading a session:
+    the agent its metrics count it under is its last turn's named one, where the store
+    selected any turn's)."""
+    if q.agent is not None and not label_matches(record.get("agent"), q.agent):
+        return False
     verdict = record.get("verdict") or {}
     if q.passed is not None and verdict.get("passed") is not q.passed:
         return False
