@@ -102,6 +102,33 @@ def test_late_spans_a_full_trace_cannot_take_reopen_nothing() -> None:
     assert len(a) == 0 and a.tick(400) == []
 
 
+def test_the_root_that_ends_a_full_run_is_taken_past_the_limit() -> None:
+    """A run of more spans than ``max_spans_per_trace`` sends its root last (an SDK exports
+    a span when it ends, and the root ends last). Refused as ``trace_too_large``, the run
+    was released ``incomplete`` at its idle timeout: a non-termination finding for a run
+    that ended. The ended entry span is taken past the limit (one span: once the root has
+    ended no other is), live, re-opening a released full run, and with pass-through."""
+    children = [local(T1, i) for i in range(2, 8)]  # the limit is 5
+    for pass_through in (False, True):
+        a = TraceAssembler(CFG, pass_through=pass_through)
+        a.add(children, now=0)
+        res = a.add([span(T1, 1)], now=1)
+        assert res.accepted == 1 and not res.rejected, pass_through
+        assert a.add([span(T1, 9)], now=2).accepted == int(pass_through)  # one root only
+        [t] = a.tick(12)
+        assert (t.status, t.release_reason) == ("complete", "root_ended"), pass_through
+        assert f"{1:016x}" in {s.span_id for s in t.spans}
+    a = TraceAssembler(CFG)  # released full at its idle timeout (a long tool call)...
+    a.add(children, now=0)
+    [cut] = a.tick(180)
+    assert cut.status == "incomplete"
+    res = a.add([span(T1, 1)], now=200)  # ... its root re-opens it
+    assert (res.accepted, res.reopened, dict(res.rejected)) == (1, 1, {})
+    [t] = a.tick(210)
+    assert (t.status, t.revision, len(t.spans)) == ("complete", 1, 6)
+    assert a.add([span(T1, 9)], now=220).rejected == {"trace_too_large": 1}
+
+
 def test_with_pass_through_spans_past_the_limit_are_held_to_pass_on() -> None:
     """Pass-through: spans past ``max_spans_per_trace`` are taken into ``Trace.passed``
     (pending like any span, never evaluated) instead of refused as ``trace_too_large``; a

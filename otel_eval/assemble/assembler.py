@@ -133,6 +133,7 @@ class _Released:
     finished: Finished | None = None  # the released trace's, set by finishing
     log_keys: set[bytes] = field(default_factory=set)  # the open trace's, handed over
     cut: bool = False  # the open trace's: a re-open still misses what was refused
+    root_ended: bool = False  # the open trace's: an entry span of it had ended
 
 
 @dataclass
@@ -349,7 +350,7 @@ class TraceAssembler:
             elif tr.passing:
                 self._join(tr, res)  # its own sender re-opens the run (passed stays passed)
                 reopened.add(tr.trace_id)
-            full = len(tr.spans) >= limit
+            full = len(tr.spans) >= limit and not _ends_run(span, tr.root_ended)
             if full and not self.pass_through:
                 res.rejected["trace_too_large"] += 1
                 continue
@@ -401,6 +402,7 @@ class TraceAssembler:
             return None
         if old is not None and (
                 len(old.spans) >= self.config.max_spans_per_trace and not self.pass_through
+                and not _ends_run(item, old.root_ended)
                 if isinstance(item, Span) else
                 len(old.logs) >= self.config.max_log_records_per_trace):
             # one the released trace has no room for: refused as the open trace would,
@@ -742,7 +744,7 @@ class TraceAssembler:
             # max_spans_per_trace)
             self._reopenable[tr.trace_id] = _Released(now, tr.spans, tr.revision, tr.sender,
                                                       tr.logs, trace.finished, tr.log_keys,
-                                                      tr.cut)
+                                                      tr.cut, tr.root_ended)
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)
         self._forget(now)
@@ -763,6 +765,15 @@ class TraceAssembler:
             rel.popitem(last=False)
         while len(self._tombstones) > cfg.max_tombstones:
             self._tombstones.popitem(last=False)
+
+
+def _ends_run(span: Span, root_ended: bool) -> bool:
+    """Whether ``span`` is the ended entry span of a run none of whose entry spans has ended:
+    taken past ``max_spans_per_trace`` (one span a run at most). An SDK exports a span when
+    it ends and the root ends last, so a run longer than the limit sends its root past it;
+    refused, the run that ended would be released ``incomplete`` (a non-termination)."""
+    return not root_ended and bool(span.end_ns) and span.is_entry \
+        and span.unevaluable is None
 
 
 def _surely_ended(tr: _Open) -> bool:

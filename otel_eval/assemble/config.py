@@ -29,6 +29,8 @@ class AssemblyConfig:
     # Spans kept per trace; more are rejected (partial success) with reason `trace_too_large`;
     # with pass-through on (export.forward_endpoint) they are taken and forwarded unstamped,
     # never evaluated (otel_eval_evaluation_spans_skipped_total{reason="trace_too_large"}).
+    # The ended root (entry span) of a run past it is still taken, one span past the limit:
+    # it ends the run (an SDK sends it last), refused the run would read as never ended.
     max_spans_per_trace: int = 10_000
     # Spans accepted but not yet evaluated (open + released-but-queued). Past it receivers
     # throttle (gRPC RESOURCE_EXHAUSTED, HTTP 429) so exporters retry: nothing acked is dropped.
