@@ -166,3 +166,15 @@ def test_severities() -> None:
     assert [(f.kind, f.severity) for f in found] == [("incomplete", "error")]
     found = non_termination.detect(traj(tool("t"), output=""), DetectorsConfig(), Context())
     assert [(f.kind, f.severity) for f in found] == [("no_output", "warning")]
+
+
+def test_a_run_cut_while_it_went_on_is_not_judged_by_its_last_llm_call() -> None:
+    """A trace released ``truncated`` was cut while its run went on: its last LLM call here
+    is not the run's last, so a failure of it (``llm_error``), a stop for length or calls
+    not run yet are no conclusion about how the run ended (each an error before, beside
+    the ``truncated`` warning: a long run cut while the model retried was judged failed)."""
+    failed = dataclasses.replace(llm(None), status="error", error="rate limited")
+    for last in (failed, llm("", finish="length"), llm(None, calls=[("search", {"q": 1})])):
+        t = traj(tool("a"), last, status="truncated", output=None)
+        found = non_termination.detect(t, DetectorsConfig(), Context())
+        assert kinds(found) == ["non_termination/truncated"], last

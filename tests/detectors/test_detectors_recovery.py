@@ -45,3 +45,18 @@ def test_recovered_points_at_failure_and_fix() -> None:
     assert f.step_indexes == [1, 2]
     assert f.message == "recovered from a failed edit_file with chmod"
     assert f.attributes["error"] == "Error: permission denied"
+
+
+def test_a_run_cut_while_it_went_on_did_not_give_up_at_the_cut() -> None:
+    """A trace released ``truncated`` (cut at ``max_trace_duration_s``, or pushed out by
+    ``release_oldest``) is a run that went on past its last step here: a failure at the cut
+    may be followed by a success that was cut off. "Nothing succeeded after" was concluded
+    from that absence (``gave_up``, an error: a long run cut right after a failed call was
+    judged failed). A failure followed by a success within the cut is still ``recovered``."""
+    cut = traj(tool("a"), FAIL, status="truncated", output=None)
+    assert recovery.detect(cut, DetectorsConfig(), Context()) == []
+    cut = traj(FAIL, FAIL, status="truncated", output=None)
+    assert recovery.detect(cut, DetectorsConfig(), Context()) == []
+    cut = traj(FAIL, tool("chmod", {"path": "a"}), FAIL, status="truncated", output=None)
+    assert [f.kind for f in recovery.detect(cut, DetectorsConfig(), Context())] == [
+        "recovered"]

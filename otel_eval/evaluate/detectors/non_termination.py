@@ -11,7 +11,8 @@ after: OpenInference's span processor over the AI SDK sets the root ERROR with t
 failed call's message whatever followed; an answer no span recorded, as the AI SDK's
 ``recordOutputs: false`` leaves it, is the last LLM call's stop after it); a final output that
 was recorded and is empty (``no_output``: an output the instrumentation did not record is
-unknown, not empty, and proves nothing).
+unknown, not empty, and proves nothing). The last LLM call of a trace released ``truncated`` is
+not its run's last (the run went on past the cut): no finding is drawn from it.
 
 ``results.NOT_ENDED_KINDS`` are the findings that mean the run did not end; they alone count as
 a non-terminated trace in metrics and alerts (a failed or silent run did end).
@@ -169,7 +170,8 @@ def _forced_answer(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Fi
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
     cfg = config.non_termination
     out = _status(trajectory, cfg)
-    out += _last_llm(trajectory)
+    if trajectory.status != "truncated":  # cut while it went on: its last call is unknown
+        out += _last_llm(trajectory)
     out += _halt_markers(trajectory, cfg) or _forced_answer(trajectory, cfg)
     root = _root(trajectory)
     halted_on_root = any(f.kind == "halted" and root is not None

@@ -11,6 +11,9 @@ marker value no convention defines, ``Step.kind_unknown``) may have been the cal
 succeeded; so may a later LLM step whose requested calls are unknown (its reply not recorded,
 or a call in it with no name), in a run whose calls are known only from its LLM's replies
 (rebuilt: no span of their own). A failure followed by either has no finding but ``recovered``.
+So may a call after the cut of a trace released ``truncated`` (cut at the maximum trace
+duration, or pushed out early: its run went on past its last step here): a failure with no
+success after it there has no finding.
 """
 
 from __future__ import annotations
@@ -91,7 +94,9 @@ def with_outcome(finding: Finding, outcome: str | None, config: DetectorsConfig)
 
 def _unknown_after(trajectory: Trajectory) -> int:
     """The index of the last step after which a call may have run unseen (module doc); -1:
-    none."""
+    none. Past every step when the trace was cut while its run went on (``truncated``)."""
+    if trajectory.status == "truncated":
+        return max((s.index for s in trajectory.steps), default=-1) + 1
     rebuilt = any(s.rebuilt for s in trajectory.steps)
     last = -1
     for s in trajectory.steps:
