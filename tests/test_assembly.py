@@ -254,6 +254,60 @@ def test_release_ended_judges_only_the_runs_that_ended() -> None:
         (T2, "incomplete"), (T3, "incomplete"), (T4, "complete"), (T5, "complete")]
 
 
+TOOLS = {"service.name": "tools"}  # a tool server's service; the agent's spans have none
+
+
+def test_a_downstream_entry_span_ending_does_not_end_a_run_whose_root_still_runs() -> None:
+    """An agent calls a tool served by another instrumented service (an MCP server, a
+    sub-agent): that service's entry span (parent flagged remote) ends while the agent's
+    root, the parent of spans already here (flagged local), still runs. Released after
+    grace, the run was judged as it stood (its root a tool server's span) and, when the
+    agent's next call took longer than ``reopen_window_s``, the rest of it was refused as
+    ``late``. It now waits as a run whose root has not ended (``idle_timeout_s``); once the
+    spans wait for no absent parent, grace ends it."""
+    a = TraceAssembler(CFG)
+    server = Span(T1, f"{5:016x}", f"{3:016x}", "tools/call", 5, 6, parent_remote=True,
+               resource=TOOLS)
+    a.add([local(T1, 2), server], now=0)  # the agent's LLM call, the tool server's span
+    assert a.tick(100) == []  # not after grace: the agent's root (span 1) still runs
+    a.add([local(T1, 3)], now=100)  # the agent's tool call (the server's caller) ends
+    assert a.tick(279) == []
+    a.add([span(T1, 1)], now=279)  # the root
+    [t] = a.tick(289)
+    assert (t.status, t.release_reason, len(t.spans)) == ("complete", "root_ended", 4)
+    a.add([local(T2, 2), Span(T2, f"{5:016x}", f"{3:016x}", "s", 5, 6, parent_remote=True,
+               resource=TOOLS)],
+          now=0)  # the agent never sends more: released at its idle timeout, as before
+    assert a.tick(179) == [] and [t.trace_id for t in a.tick(180)] == [T2]
+    t3 = "c" * 32
+    a.add([local(t3, 2), Span(t3, f"{5:016x}", f"{3:016x}", "s", 5, 6, parent_remote=True,
+               resource=TOOLS)],
+          now=1000)
+    a.resume(now=2000)  # a restart: the downtime is no silence of the run's
+    assert a.tick(2179) == [] and [t.trace_id for t in a.tick(2180)] == [t3]
+
+
+def test_an_agent_that_hangs_after_a_tool_another_service_served_is_non_terminated() -> None:
+    """The agent's root never ends (it hangs) after a tool call another instrumented service
+    served, whose entry span (parent flagged remote) ended: spans still wait for the agent's
+    root at the idle timeout. Released ``complete`` before (no non-termination: the hang was
+    missed); ``incomplete`` now, and ``truncated`` when cut at the maximum duration."""
+    server = Span(T1, f"{5:016x}", f"{3:016x}", "tools/call", 5, 6, parent_remote=True,
+               resource=TOOLS)
+    a = TraceAssembler(CFG)
+    a.add([local(T1, 2), local(T1, 3), server], now=0)
+    [t] = a.tick(180)
+    assert (t.status, t.release_reason) == ("incomplete", "idle_timeout")
+    a = TraceAssembler(dataclasses.replace(CFG, max_trace_duration_s=100))
+    a.add([local(T1, 2), local(T1, 3), server], now=0)
+    [t] = a.tick(100)
+    assert (t.status, t.release_reason) == ("truncated", "max_duration")
+    a = TraceAssembler(CFG)  # the agent's root came: grace ends it
+    a.add([local(T1, 2), local(T1, 3), server, span(T1, 1)], now=0)
+    [t] = a.tick(10)
+    assert (t.status, t.release_reason) == ("complete", "root_ended")
+
+
 def test_a_replay_at_an_earlier_time_does_not_move_the_deadline_back() -> None:
     a = TraceAssembler(CFG)
     a.add([local(T1, 2)], now=100)
