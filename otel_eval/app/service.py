@@ -261,7 +261,7 @@ class Service:
                      "(evaluation.workers %d ignored)", ec.workers)
             return None
         spec = WorkerSpec(EvaluatorSections.of(self.config), self.config.store.target,
-                          self.options.references_path, lean=lean,
+                          self.evaluator.detectors.references, lean=lean,
                           log_level=logging.getLogger().getEffectiveLevel(),
                           store_session=self.config.store.session,
                           model=(self.evaluator.predictor.model

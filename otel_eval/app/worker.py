@@ -52,6 +52,7 @@ from otel_eval.evaluate.predict.config import PredictionConfig
 from otel_eval.store.base import SessionLimits
 
 if TYPE_CHECKING:
+    from otel_eval.evaluate.detectors import ReferenceSet
     from otel_eval.evaluate.predict import Model
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,10 @@ class WorkerSpec:
 
     config: EvaluatorSections
     store_target: str  # the store it opens its own connection to (file path or URL)
-    references_path: str | None
+    # the references the serving process loaded, handed over as they are: a worker started
+    # later (a restart after a crash) matches against them, never against what the
+    # references file holds by then (a golden set edited in place since serve started)
+    references: ReferenceSet
     lean: bool  # return lean evaluations (no sink reads them)
     log_level: int
     # Test seam, off (None) outside tests: a worker handed a trace with a span of this name
@@ -161,8 +165,7 @@ def run(conn: Connection, spec: WorkerSpec, index: int) -> None:
     try:
         from otel_eval.evaluate.evaluator import Evaluator
         from otel_eval.store import open_store
-        evaluator = Evaluator(spec.config, references_path=spec.references_path,
-                              model=spec.model)
+        evaluator = Evaluator(spec.config, references=spec.references, model=spec.model)
         store = open_store(spec.store_target, spec.store_session)
     except Exception as e:  # said to the pool, which reports it and does not use us
         conn.send(("error", f"{type(e).__name__}: {e}"))

@@ -21,7 +21,13 @@ from otel_eval.base.steps import Trajectory
 from otel_eval.base.text import valid_text
 from otel_eval.evaluate.agent_inference import AgentHistory, infer_agent
 from otel_eval.evaluate.bounds import bound
-from otel_eval.evaluate.detectors import Detectors, evaluation_error, load_references, verdict_of
+from otel_eval.evaluate.detectors import (
+    Detectors,
+    ReferenceSet,
+    evaluation_error,
+    load_references,
+    verdict_of,
+)
 from otel_eval.evaluate.trajectory import build_trajectory, is_run
 from otel_eval.evaluate.trajectory.build import bare_trajectory
 
@@ -95,9 +101,12 @@ def _unseen_reasons(body: dict[str, Any]) -> list[str]:
 class Evaluator:
     def __init__(self, config: EvaluatorSettings, *, references_path: str | None = None,
                  wall_clock: Callable[[], float] = time.time,
-                 model: Model | None = None) -> None:
+                 model: Model | None = None, references: ReferenceSet | None = None) -> None:
+        """``references`` (the set the serving process loaded, handed to its workers) wins
+        over ``references_path``, which wins over ``detectors.references_path``."""
         self.config = config
-        refs = load_references(references_path) if references_path else None  # else config's
+        refs = references if references is not None else (
+            load_references(references_path) if references_path else None)  # else config's
         self.detectors = Detectors(config.detectors, refs)
         self._wall_clock = wall_clock
         self.predictor = _predictor(config, model)

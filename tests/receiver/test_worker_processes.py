@@ -1033,3 +1033,33 @@ def test_a_restarted_worker_predicts_with_the_model_serve_started_with(tmp_path:
         poll(lambda: h.svc.engine.pending_spans() == 0, "both traces to be stored")
         stored = _stored(h)
         assert {b["prediction"]["model"] for b in stored.values()} == {started}
+
+
+def test_a_restarted_worker_matches_against_the_references_serve_started_with(
+        tmp_path: Path) -> None:
+    """A team editing its golden set in place (the file ``detectors.references_path`` names):
+    a worker restarted after it (a crash, an OOM kill) read the new file, so its traces were
+    matched against the new references while the other worker and the serving process kept
+    the old ones. Every process of one serve matches against the references it started
+    with: the workers get the serving process's references, not its path."""
+    path = tmp_path / "golden.jsonl"
+    path.write_text(json.dumps({"task_id": "t1", "calls": []}) + "\n")
+    ids = _ids(per_worker=1)
+    with running_service(tmp_path, **WORKERS,
+                         **{"detectors.references_path": str(path)}) as h:
+        pool = _pool(h)
+        path.write_text(json.dumps({"task_id": "t1", "calls": [{"name": "search"}]}) + "\n")
+        victim = pool.pids()[0]
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        poll(lambda: pool.pids()[0] not in (None, victim) and pool.healthy,
+             "worker 0 to be restarted")
+        for tid in ids[0] + ids[1]:
+            spans = _trace(tid)
+            spans[0].attributes["otel_eval.task.id"] = "t1"
+            assert _send(h, spans) is None
+        _release(h)
+        poll(lambda: h.svc.engine.pending_spans() == 0, "both traces to be stored")
+        stored = _stored(h)
+        assert len(stored) == 2
+        assert {b["verdict"]["reference"]["matched"] for b in stored.values()} == {True}

@@ -329,7 +329,8 @@ class DetectorsConfig:
     # Selection / argument / runtime severities and the error-payload patterns.
     tool_call: ToolCallConfig = field(default_factory=ToolCallConfig)
     # References file (JSON lines, or a tau-bench task file); empty string means none.
-    # `eval --references FILE` overrides it. Traces find theirs by task id.
+    # `eval --references FILE` overrides it. Traces find theirs by task id. `serve` reads it
+    # once, at start: its worker processes, one restarted after a crash too, use those.
     references_path: str = ""
     # Default match / argument modes for references that do not set them, and severity.
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
