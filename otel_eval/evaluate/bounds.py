@@ -16,7 +16,9 @@ from a 50 KB span). After the detectors have read everything, ``bound`` cuts wha
   it, ``input_messages`` and ``output_messages`` go first, then the contents of steps from
   the last step back (each emptied step keeps its identity, kind, names, status, times and
   tokens, and lists what was taken in ``truncated``), then the last steps themselves, then
-  the last verdict reasons (said by a "(N more reasons)" reason) and the last findings;
+  the last verdict reasons (said by a "(N more reasons)" reason) and the last findings
+  (counted, their distinct [detector, kind, severity] kept: ``findings_dropped_kinds``, read
+  by the lucky-pass check an outcome recorded later re-runs);
 - anything cut (and the code-action calls ``max_rebuilt_steps`` left out) is said by one
   ``result_truncated`` finding (detector ``evaluation``, severity ``info``: the verdict does
   not change) whose attributes count what was cut.
@@ -133,10 +135,22 @@ def _first(items: list[Any], room: int) -> int:
     return n
 
 
-def _fit_listed(body: dict[str, Any], room: int, cut: dict[str, int]) -> None:
+def _kinds(findings: list[Any]) -> list[list[str]]:
+    """The distinct [detector, kind, severity] of ``findings``, in order of first appearance
+    (a set bounded by the code: kinds and severities are never span content)."""
+    out: dict[tuple[str, str, str], None] = {}
+    for f in findings:
+        if isinstance(f, dict):
+            out[str(f.get("detector")), str(f.get("kind")), str(f.get("severity"))] = None
+    return [list(k) for k in out]
+
+
+def _fit_listed(body: dict[str, Any], room: int, cut: dict[str, int],
+                dropped: list[list[str]]) -> None:
     """The verdict's reasons (up to half of ``room``) and the findings (the rest), each kept
     from the first while they fit, in place; the reasons end with "(N more reasons)", the
-    findings are counted by the ``result_truncated`` finding."""
+    findings are counted by the ``result_truncated`` finding, and the kinds of those left
+    out put in ``dropped`` (what feedback's lucky-pass check reads of them: room kept)."""
     findings: list[Any] = body.get("findings") or []
     verdict: dict[str, Any] = body["verdict"] if isinstance(body.get("verdict"), dict) else {}
     reasons: list[Any] = verdict.get("reasons") or []
@@ -152,13 +166,15 @@ def _fit_listed(body: dict[str, Any], room: int, cut: dict[str, int]) -> None:
         room -= _size(_encoded(reasons))
     else:
         room -= _size(json_text(body))
-    kept = _first(findings, room)
+    kept = _first(findings, room - _size(_encoded(_kinds(findings))) - 40)  # 40: the key
     body["findings"] = findings[:kept]
     if kept < len(findings):
         cut["findings_dropped"] = len(findings) - kept
+        dropped[:] = _kinds(findings[kept:])
 
 
-def _fit(body: dict[str, Any], limit: int, cut: dict[str, int]) -> None:
+def _fit(body: dict[str, Any], limit: int, cut: dict[str, int],
+         dropped: list[list[str]]) -> None:
     """Cuts ``body`` (the v1 object) in place to about ``limit`` bytes of JSON."""
     for name in ("input_messages", "output_messages"):
         if name in body and _size(json_text(body)) > limit:
@@ -167,7 +183,7 @@ def _fit(body: dict[str, Any], limit: int, cut: dict[str, int]) -> None:
     sizes = [_size(_encoded(s)) + 2 for s in steps]
     body["steps"] = []
     if _size(json_text(body)) > limit - _FINDING_RESERVE:  # no step fits: findings go too
-        _fit_listed(body, limit - _FINDING_RESERVE, cut)
+        _fit_listed(body, limit - _FINDING_RESERVE, cut, dropped)
     room = limit - _size(json_text(body)) - _FINDING_RESERVE
     full = 0
     while full < len(steps) and sizes[full] <= room:  # whole steps from the first
@@ -256,8 +272,9 @@ def _bound(evaluation: Evaluation, config: TrajectoryConfig) -> None:
         text = json_text(body)
     size = _size(text)
     limit = config.max_result_bytes - _LATER_RESERVE
+    dropped: list[list[str]] = []  # [detector, kind, severity] of the findings left out
     if size > limit:
-        _fit(body, limit, cut)
+        _fit(body, limit, cut, dropped)
     if not cut:  # the object stays as encoded: stored as this text (``to_json_text``)
         evaluation.encoded = (text, evaluation.judge, evaluation.prediction,
                               len(evaluation.findings))
@@ -269,7 +286,8 @@ def _bound(evaluation: Evaluation, config: TrajectoryConfig) -> None:
                        "max_value_bytes": config.max_value_bytes,
                        "max_rebuilt_steps": config.max_rebuilt_steps,
                        **({"max_rebuilt_calls": config.max_rebuilt_calls}
-                          if t.calls_over_limit else {}), **cut})
+                          if t.calls_over_limit else {}), **cut,
+                       **({"findings_dropped_kinds": dropped} if dropped else {})})
     evaluation.findings.append(finding)
     if size > limit:
         body["findings"] = [*body["findings"], finding.to_json()]

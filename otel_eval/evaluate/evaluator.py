@@ -98,6 +98,18 @@ def _unseen_reasons(body: dict[str, Any]) -> list[str]:
     return listed[seen:] + ([f"({hidden} more reasons)"] if hidden > 0 else [])
 
 
+def _unseen_findings(body: dict[str, Any]) -> list[Finding]:
+    """Stand-ins (detector, kind and severity) for the findings the stored result was cut of
+    (``bounds``: ``findings_dropped_kinds`` of the ``result_truncated`` finding), so that the
+    lucky-pass check sees a loop or an unrecovered error only those would show."""
+    cut = next((f.get("attributes") or {} for f in body.get("findings", [])
+                if f.get("kind") == "result_truncated"), {})
+    kinds = cut.get("findings_dropped_kinds")
+    return [Finding(k[0], k[1], k[2], "", [], [], {})
+            for k in (kinds if isinstance(kinds, list) else [])
+            if isinstance(k, list) and len(k) == 3 and all(isinstance(v, str) for v in k)]
+
+
 class Evaluator:
     def __init__(self, config: EvaluatorSettings, *, references_path: str | None = None,
                  wall_clock: Callable[[], float] = time.time,
@@ -175,8 +187,8 @@ class Evaluator:
                     for f in body.get("findings", []) if f.get("detector") != "lucky_pass"]
         if "lucky_pass" in self.detectors.enabled_for(body.get("agent")):
             stub = Trajectory(body["trace_id"], body.get("source", ""), body["status"], [])
-            findings += lucky_pass.detect(stub, cfg, Context(outcome=outcome,
-                                                             findings=tuple(findings)))
+            seen = (*findings, *_unseen_findings(body))
+            findings += lucky_pass.detect(stub, cfg, Context(outcome=outcome, findings=seen))
         old = body.get("verdict") or {}
         extra = {k: v for k, v in old.items() if k not in ("passed", "reasons", "outcome")}
         verdict = verdict_of(findings, outcome, extra)

@@ -93,3 +93,27 @@ def test_feedback_keeps_the_errors_the_stored_result_was_cut_of() -> None:
         assert relabelled["verdict"]["outcome"] == outcome
         # recorded twice: the same verdict
         assert evaluator.with_outcome(relabelled, outcome)["verdict"] == relabelled["verdict"]
+
+
+def test_feedback_finds_the_lucky_pass_of_findings_the_stored_result_was_cut_of() -> None:
+    """Feedback re-ran the lucky-pass check on the stored findings alone: a huge run whose
+    unrecovered tool error was among the findings its stored result was cut of, recorded
+    later as a success, got no ``lucky_pass`` finding, while evaluating it with that outcome
+    gives one. The kinds of the findings cut are kept (``result_truncated``) and the check
+    reads them too."""
+    evaluator = Evaluator(replace(Config(), **{"trajectory.max_result_bytes": 64 * 1024}))
+    evaluation = evaluator.evaluate(_huge_trace(300))
+    assert evaluation is not None and evaluation.bounded is not None
+    body = evaluation.bounded
+    assert not any(f["detector"] == "recovery" and f["kind"] == "gave_up"
+                   for f in body["findings"])  # cut
+    again = evaluator.evaluate(_huge_trace(300), "success", bounded=False)
+    assert again is not None
+    (expected,) = [f for f in again.findings if f.detector == "lucky_pass"]
+    relabelled = evaluator.with_outcome(body, "success")
+    lucky = [f for f in relabelled["findings"] if f["detector"] == "lucky_pass"]
+    assert [(f["kind"], f["severity"], f["attributes"]["causes"]) for f in lucky] == [
+        (expected.kind, expected.severity, expected.attributes["causes"])]
+    assert evaluator.with_outcome(relabelled, "success")["findings"] == relabelled["findings"]
+    assert not any(f["detector"] == "lucky_pass"
+                   for f in evaluator.with_outcome(relabelled, "failure")["findings"])
