@@ -205,3 +205,37 @@ def test_hostile_references_are_refused_naming_the_file(tmp_path: Path, text: st
     path.write_text(text + "\n")
     with pytest.raises(ReferencesError, match=message):
         load_references(path)
+
+
+def test_arguments_cut_at_a_length_limit_are_unknown_not_wrong() -> None:
+    """An SDK with ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` cuts the tool span's input and the
+    model's call alike (OpenInference records each in its own attribute): the step keeps the
+    cut text (the model's own call, ``trajectory.arguments``), which the loop rules compare to
+    no other call. The reference detector compared it as the arguments: the text against the
+    reference's object, "wrong arguments", an error finding from a value known only in part."""
+    from otel_eval.app.config import Config
+    from otel_eval.base.model import Span, Trace
+    from otel_eval.evaluate.detectors import ReferenceSet
+    from otel_eval.evaluate.evaluator import Evaluator
+
+    tid, cut = "ab" * 16, '{"city": "Paris", "note": "' + "x" * 50
+    call = "llm.output_messages.0.message.tool_calls.0.tool_call."
+    spans = [
+        Span(tid, "1" * 16, None, "agent", 1, 100, attributes={
+            "openinference.span.kind": "AGENT", "otel_eval.task.id": "t1"}),
+        Span(tid, "2" * 16, "1" * 16, "ChatCompletion", 2, 10, attributes={
+            "openinference.span.kind": "LLM", "llm.output_messages.0.message.role": "assistant",
+            call + "id": "c1", call + "function.name": "weather",
+            call + "function.arguments": cut}),
+        Span(tid, "3" * 16, "1" * 16, "weather", 11, 20, attributes={
+            "openinference.span.kind": "TOOL", "tool.name": "weather", "input.value": cut,
+            "output.value": "sunny"}),
+    ]
+    expected = Reference("t1", (RefCall("weather", {"city": "Paris", "note": "x" * 60}),),
+                         "exact", "exact")
+    evaluator = Evaluator(Config(), references=ReferenceSet({"t1": expected}))
+    evaluation = evaluator.evaluate(Trace(tid, spans, "complete"))
+    assert evaluation is not None
+    (f,) = [f for f in evaluation.findings if f.detector == "reference"]
+    assert f.kind == "match" and f.attributes["wrong_arguments"] == []
+    assert f.attributes["unknown_arguments"] == ["weather"]

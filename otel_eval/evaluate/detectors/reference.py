@@ -14,9 +14,11 @@ calls whose name matched); ``score`` in 0..1 is the share of reference calls sat
 (in_order, superset) or the F1 of satisfied calls (exact, any_order, which forbid extras).
 
 A call whose arguments are unknown (``Step.arguments`` None: not recorded, or present and not
-understood, ``unparsed``) is never compared as if it had none: its arguments are neither
-right nor wrong, so it satisfies a reference call of its name, is left out of
-``argument_accuracy``, and is listed in ``unknown_arguments`` (and the message).
+understood, ``unparsed``; or the text of an object cut at an attribute length limit,
+``cut_json``, the model's own call kept as it asked) is never compared as if it had none
+nor as the text it is: its arguments are neither right nor wrong, so it satisfies a
+reference call of its name, is left out of ``argument_accuracy``, and is listed in
+``unknown_arguments`` (and the message).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 from otel_eval.base.results import Finding
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.base.text import load_content
+from otel_eval.evaluate.conventions.values import cut_json
 from otel_eval.evaluate.detectors.calls import (
     Context,
     RefCall,
@@ -124,7 +127,7 @@ def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
             by_tool: Mapping[str, str]) -> dict[str, Any]:
     """The verdict ``reference`` summary plus the missing/unexpected/wrong-argument lists."""
     rc, names = list(ref.calls), [s.tool_name or s.name for s in actual]
-    unknown = {a for a, s in enumerate(actual) if s.arguments is None}
+    unknown = {a for a, s in enumerate(actual) if s.arguments is None or cut_json(s.arguments)}
     memo: dict[tuple[int, int], bool] = {}
     arguments = _Arguments([c.arguments for c in rc], [s.arguments for s in actual])
 
