@@ -239,3 +239,18 @@ def test_arguments_cut_at_a_length_limit_are_unknown_not_wrong() -> None:
     (f,) = [f for f in evaluation.findings if f.detector == "reference"]
     assert f.kind == "match" and f.attributes["wrong_arguments"] == []
     assert f.attributes["unknown_arguments"] == ["weather"]
+
+
+def test_a_null_per_tool_mode_is_the_default_not_a_mode_of_its_own(tmp_path: Path) -> None:
+    """``"arguments_match_by_tool": {"a": null}`` passed the check (null is "not set", as
+    ``match: null`` is) and was kept as the mode "None", which the comparison read as
+    ``superset``: a call with an extra argument matched a reference whose arguments are
+    compared ``exact``. A null mode is the reference's (or the configured) default."""
+    path = tmp_path / "refs.jsonl"
+    path.write_text(json.dumps({"task_id": "t1", "calls": [{"name": "a", "arguments": {"x": 1}}],
+                                "arguments_match_by_tool": {"a": None}}) + "\n")
+    (r,) = load_references(path).values()
+    assert dict(r.arguments_match_by_tool) == {}
+    (f,) = reference.detect(traj(tool("a", {"x": 1, "y": 2}), task_id="t1"), DetectorsConfig(),
+                            Context(reference=r))
+    assert f.kind == "mismatch" and f.attributes["wrong_arguments"] == ["a"]

@@ -85,9 +85,9 @@ def reference_from_object(obj: Any, where: str) -> Reference:
         task_id=str(obj["task_id"]), calls=tuple(calls),
         match=_mode(obj.get("match"), _MATCH, "match", where),
         arguments_match=_mode(obj.get("arguments_match"), _ARGS, "arguments_match", where),
-        arguments_match_by_tool={
-            str(k): str(_mode(v, _ARGS, f"arguments_match_by_tool.{k}", where))
-            for k, v in by_tool.items()},
+        arguments_match_by_tool={  # a null mode is not set: the default, as match: null
+            str(k): mode for k, v in by_tool.items()
+            if (mode := _mode(v, _ARGS, f"arguments_match_by_tool.{k}", where)) is not None},
         tools=frozenset(tools) if tools is not None else None,
     )
 
