@@ -9,7 +9,11 @@ from otel_eval.base.steps import Step
 from otel_eval.evaluate.detectors import load_references, reference
 from otel_eval.evaluate.detectors.calls import Context, RefCall, Reference
 from otel_eval.evaluate.detectors.config import DetectorsConfig
-from otel_eval.evaluate.detectors.references import TAU_BENCH_WRITE_TOOLS, ReferencesError
+from otel_eval.evaluate.detectors.references import (
+    TAU_BENCH_WRITE_TOOLS,
+    ReferencesError,
+    ReferenceSet,
+)
 
 A: tuple[str, Any] = ("a", {"x": 1})
 B: tuple[str, Any] = ("b", {"y": 2, "z": 3})
@@ -254,3 +258,24 @@ def test_a_null_per_tool_mode_is_the_default_not_a_mode_of_its_own(tmp_path: Pat
     (f,) = reference.detect(traj(tool("a", {"x": 1, "y": 2}), task_id="t1"), DetectorsConfig(),
                             Context(reference=r))
     assert f.kind == "mismatch" and f.attributes["wrong_arguments"] == ["a"]
+
+
+def test_a_long_reference_of_one_tool_is_matched_without_recursion() -> None:
+    """Matching ran Kuhn's augmenting paths recursively from every reference call: with
+    many calls of one tool each new call's path ran through all the earlier ones, so a
+    golden run of 1,500 calls of one tool hit Python's recursion limit after seconds of
+    work, and the run got an ``evaluation_error`` (an error: failed) instead of its match.
+    Each call now takes a free partner first, and paths are searched on a list."""
+    from otel_eval.evaluate.detectors import Detectors
+
+    n = 1500
+    r = Reference("t1", tuple(RefCall("search", {"c": i}) for i in range(n)), "any_order",
+                  "exact")
+    t = traj(*[tool("search", {"c": n - 1 - i}) for i in range(n)], task_id="t1")
+    for s in t.steps[1:]:  # ids past the factory's 0xaa root id
+        s.span_id = f"{s.index + 4096:016x}"
+    findings, verdict = Detectors(DetectorsConfig(enabled=("reference",)),
+                                  ReferenceSet({"t1": r})).evaluate(t)
+    assert kinds(findings) == ["reference/match"]
+    assert verdict.passed and verdict.extra["reference"]["matched"] is True
+

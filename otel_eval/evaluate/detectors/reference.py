@@ -92,21 +92,47 @@ def _parsed(value: Any) -> Any:
 
 
 def _max_matching(n_ref: int, n_act: int, ok: Pair) -> dict[int, int]:
-    """Maximum bipartite matching reference -> actual (Kuhn's algorithm; lists are short)."""
+    """Maximum bipartite matching reference -> actual: each reference call takes a free
+    partner first (for an equivalence, same name or same canonical arguments, that is
+    already maximum), then Kuhn's augmenting paths for those left, without recursion (a
+    reference of thousands of calls is no RecursionError) and with the actual calls a failed
+    search saw skipped until a search succeeds (no path runs through them meanwhile)."""
     owner: dict[int, int] = {}  # actual -> reference
-
-    def augment(r: int, seen: set[int]) -> bool:
-        for a in range(n_act):
-            if a not in seen and ok(r, a):
-                seen.add(a)
-                if a not in owner or augment(owner[a], seen):
-                    owner[a] = r
-                    return True
-        return False
-
+    match: dict[int, int] = {}  # reference -> actual
     for r in range(n_ref):
-        augment(r, set())
-    return {r: a for a, r in owner.items()}
+        for a in range(n_act):
+            if a not in owner and ok(r, a):
+                owner[a], match[r] = r, a
+                break
+    seen: set[int] = set()
+    for r in range(n_ref):
+        if r not in match and _augment(r, n_act, ok, owner, match, seen):
+            seen = set()
+    return match
+
+
+def _augment(root: int, n_act: int, ok: Pair, owner: dict[int, int], match: dict[int, int],
+             seen: set[int]) -> bool:
+    """One search for an augmenting path from ``root`` (depth first, on a list), flipping it
+    when found."""
+    stack: list[list[int]] = [[root, 0, -1]]  # [reference, next actual to try, actual taken]
+    while stack:
+        level = stack[-1]
+        r = level[0]
+        for a in range(level[1], n_act):
+            if a in seen or not ok(r, a):
+                continue
+            seen.add(a)
+            level[1], level[2] = a + 1, a
+            if a not in owner:
+                for lv in reversed(stack):  # each takes the actual it reached
+                    owner[lv[2]], match[lv[0]] = lv[0], lv[2]
+                return True
+            stack.append([owner[a], 0, -1])
+            break
+        else:
+            stack.pop()
+    return False
 
 
 def _lcs(n_ref: int, n_act: int, ok: Pair) -> int:
