@@ -13,10 +13,15 @@ if TYPE_CHECKING:
     from otel_eval.evaluate.detectors.config import DetectorsConfig
     from otel_eval.evaluate.predict.config import PredictionConfig
 
+# A task id is a key (a references file's, a benchmark's): a longer value of the task id
+# attribute is no task id (a payload put there, as for conversation ids), never cut to fit.
+MAX_TASK_ID_CHARS = 256
+
 
 @dataclass(frozen=True)
 class TrajectoryConfig:
-    # Span or resource attribute carrying the task id (for references and trials).
+    # Span or resource attribute carrying the task id (for references and trials); a value
+    # longer than 256 characters is no task id.
     task_id_attribute: str = "otel_eval.task.id"
     # Root span attribute carrying the known outcome (success / failure, true / false, 1 / 0).
     outcome_attribute: str = "otel_eval.outcome"

@@ -200,3 +200,33 @@ def test_the_default_cap_bounds_a_trace_of_calls() -> None:
     trajectory = Evaluator(Config()).evaluate(_calls_trace(spans, MAX_OUTPUT_CALLS)).trajectory
     assert sum(1 for s in trajectory.steps if s.rebuilt) == cap
     assert trajectory.calls_over_limit == spans * MAX_OUTPUT_CALLS - cap
+
+
+def test_a_task_id_longer_than_an_id_is_none_and_the_result_stays_bounded(tmp_path: Any) -> None:
+    """The task id was read whole from span content: a 200,000-character value of
+    ``otel_eval.task.id`` (a prompt put where the id goes) made a stored result of 200 kB
+    under a 64 KiB ``max_result_bytes``, and was stored again in its own column. A value
+    longer than ``MAX_TASK_ID_CHARS`` is no task id (as a conversation id), and a references
+    file naming such an id is refused, naming it: no run could ever find it."""
+    import pytest
+
+    from otel_eval.evaluate.config import MAX_TASK_ID_CHARS
+    from otel_eval.evaluate.detectors import load_references
+    from otel_eval.evaluate.detectors.references import ReferencesError
+
+    tid = "ab" * 16
+    config = dataclasses.replace(Config(), trajectory=dataclasses.replace(
+        Config().trajectory, max_result_bytes=64 * 1024))
+    for task, expected in (("t" * MAX_TASK_ID_CHARS, "t" * MAX_TASK_ID_CHARS),
+                           ("q" * 200_000, None)):
+        root = Span(tid, "1" * 16, None, "invoke_agent", 1, 100, attributes={
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a",
+            "otel_eval.task.id": task})
+        ev = Evaluator(config).evaluate(Trace(tid, [root], "complete"))
+        assert ev is not None and ev.trajectory.task_id == expected
+        body = ev.bounded if ev.bounded is not None else ev.to_json()
+        assert len(json_text(body).encode()) <= 64 * 1024
+    path = tmp_path / "refs.jsonl"
+    path.write_text(json.dumps({"task_id": "q" * (MAX_TASK_ID_CHARS + 1), "calls": []}) + "\n")
+    with pytest.raises(ReferencesError, match=r"refs.jsonl:1: task_id longer than 256"):
+        load_references(path)

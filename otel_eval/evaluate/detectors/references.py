@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from otel_eval.base.configcheck import StartupError
+from otel_eval.evaluate.config import MAX_TASK_ID_CHARS
 from otel_eval.evaluate.detectors.calls import RefCall, Reference
 from otel_eval.evaluate.detectors.config import ArgumentsMode, MatchMode
 
@@ -81,8 +82,12 @@ def reference_from_object(obj: Any, where: str) -> Reference:
     if tools is not None and not (isinstance(tools, list) and all(
             isinstance(t, str) for t in tools)):
         raise ValueError(f"{where}: tools must be a list of tool names")
+    task_id = str(obj["task_id"])
+    if len(task_id) > MAX_TASK_ID_CHARS:
+        raise ValueError(f"{where}: task_id longer than {MAX_TASK_ID_CHARS} characters "
+                         "(a run's longer task id is none: no run can find it)")
     return Reference(
-        task_id=str(obj["task_id"]), calls=tuple(calls),
+        task_id=task_id, calls=tuple(calls),
         match=_mode(obj.get("match"), _MATCH, "match", where),
         arguments_match=_mode(obj.get("arguments_match"), _ARGS, "arguments_match", where),
         arguments_match_by_tool={  # a null mode is not set: the default, as match: null

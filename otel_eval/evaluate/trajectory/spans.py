@@ -25,7 +25,7 @@ from typing import Any
 
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.base.steps import Step
-from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.config import MAX_TASK_ID_CHARS, TrajectoryConfig
 from otel_eval.evaluate.conventions import UNKNOWN, classify, merge_tools, read_span
 from otel_eval.evaluate.conventions.agent_names import (
     DELEGATION_TOOLS,
@@ -279,7 +279,9 @@ class StepBuilder:
             if task is None:
                 task = span.resource.get(self.task_key)
             if task is not None:  # most runs carry none: no call per span to say so
-                self.task_id = as_str(task)
+                text = as_str(task)
+                if text is not None and len(text) <= MAX_TASK_ID_CHARS:  # else no id
+                    self.task_id = text
         self.steps.append(step)
 
     def _workflow_agent(self, span: Span, named: str | None) -> str | None:
