@@ -279,3 +279,16 @@ def test_a_long_reference_of_one_tool_is_matched_without_recursion() -> None:
     assert kinds(findings) == ["reference/match"]
     assert verdict.passed and verdict.extra["reference"]["matched"] is True
 
+
+
+def test_the_extra_call_flagged_is_the_one_no_reference_call_matches() -> None:
+    """Calls were paired with the reference by name first, the first call of a name taken:
+    with ``a {x: 2}`` then ``a {x: 1}`` against a reference of ``a {x: 1}`` (exact), the
+    right call was the one reported unexpected, and the finding pointed at it (the web view
+    and ``show`` put it on that step) while the wrong one went unmentioned. The calls whose
+    arguments match are paired first; the extra is the other."""
+    r = ref(("a", {"x": 1}), match="exact")
+    t = traj(tool("a", {"x": 2}), tool("a", {"x": 1}), task_id="t1")
+    (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
+    assert f.kind == "mismatch" and f.attributes["unexpected"] == ["a"]
+    assert f.step_indexes == [1] and f.span_ids == [t.steps[1].span_id]

@@ -91,16 +91,18 @@ def _parsed(value: Any) -> Any:
     return value
 
 
-def _max_matching(n_ref: int, n_act: int, ok: Pair) -> dict[int, int]:
+def _max_matching(n_ref: int, n_act: int, ok: Pair,
+                  initial: Mapping[int, int] | None = None) -> dict[int, int]:
     """Maximum bipartite matching reference -> actual: each reference call takes a free
     partner first (for an equivalence, same name or same canonical arguments, that is
     already maximum), then Kuhn's augmenting paths for those left, without recursion (a
     reference of thousands of calls is no RecursionError) and with the actual calls a failed
-    search saw skipped until a search succeeds (no path runs through them meanwhile)."""
-    owner: dict[int, int] = {}  # actual -> reference
-    match: dict[int, int] = {}  # reference -> actual
+    search saw skipped until a search succeeds (no path runs through them meanwhile).
+    From ``initial`` (pairs ``ok`` holds), when given: every call it pairs stays paired."""
+    match: dict[int, int] = dict(initial or {})  # reference -> actual
+    owner: dict[int, int] = {a: r for r, a in match.items()}  # actual -> reference
     for r in range(n_ref):
-        for a in range(n_act):
+        for a in range(n_act if r not in match else 0):
             if a not in owner and ok(r, a):
                 owner[a], match[r] = r, a
                 break
@@ -171,10 +173,11 @@ def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
         return memo[r, a]
 
     n_ref, n_act = len(rc), len(actual)
-    by_name = _max_matching(n_ref, n_act, name_ok)
-    wrong = [r for r, a in by_name.items() if not full_ok(r, a)]
     full = _max_matching(n_ref, n_act, full_ok)
-    wrong = [r for r in wrong if r not in full]
+    # by name, from the calls that match in full: the calls left over (unexpected) are
+    # those no reference call matches, not the right ones a wrong call of their name took
+    by_name = _max_matching(n_ref, n_act, name_ok, full)
+    wrong = [r for r, a in by_name.items() if r not in full and not full_ok(r, a)]
     ordered = match in ("exact", "in_order")
     satisfied = _lcs(n_ref, n_act, full_ok) if ordered else len(full)
     extras_ok = match in ("in_order", "superset")
