@@ -24,8 +24,9 @@ against it.
                explanation = the reasons; span = the root span
     session -> name = "otel_eval.session.verdict" (a completed conversation, from the session
                completion job), value = 1.0 / 0.0, label = pass / fail, explanation = the
-               reasons, ``gen_ai.conversation.id`` = the session id; span = the last turn's
-               root span
+               reasons, ``gen_ai.conversation.id`` = the session id,
+               ``otel_eval.session.completion`` = the record's ``completion``; span = the
+               last turn's root span
     judge   -> name = judge or judge.dimension ("trace", "process.goal_alignment"), value =
                the score, label = pass / fail, explanation = the critique; span = the judged
                step (else the root); sent later, when the asynchronous judge is done
@@ -231,8 +232,10 @@ def session_record(record: dict[str, Any], trace_id: str, span_id: str, version:
                    time_ns: int) -> logs_pb2.LogRecord | None:
     """The verdict of a completed session (``evaluate.sessions``): name
     ``otel_eval.session.verdict``, value 1.0 / 0.0, label pass / fail, explanation the reasons;
-    ``gen_ai.conversation.id`` the session id and ``otel_eval.session.service`` its service
-    (none for turns without one), on the last turn's root span; None for a
+    ``gen_ai.conversation.id`` the session id, ``otel_eval.session.service`` its service
+    (none for turns without one) and ``otel_eval.session.completion`` which completion of the
+    conversation it is (the record's ``completion``: 0, one more each time a re-opened session
+    is completed again), on the last turn's root span; None for a
     session with no verdict (its evaluation failed) or no trace id."""
     verdict = record.get("verdict")
     if not isinstance(verdict, dict) or len(trace_id) != 32:
@@ -251,6 +254,9 @@ def session_record(record: dict[str, Any], trace_id: str, span_id: str, version:
             {f"{f.get('detector')}.{f.get('kind')}" for f in findings})),
         **provenance("session.verdict", version, DETERMINISTIC),
     }
+    completion = record.get("completion")
+    if type(completion) is int and completion >= 0:  # 0 the first time, one more each again
+        attrs["otel_eval.session.completion"] = completion
     service = record.get("service")
     if isinstance(service, str) and service:  # a session is an id within its service
         attrs["otel_eval.session.service"] = service

@@ -598,3 +598,35 @@ def _retention_cut(store: EvaluationStore) -> None:
     assert any(f["kind"] == "session_turns" for f in record["findings"])
     assert _sample(metrics, "otel_eval_session_turns_dropped_total", reason="retention") == 1
     store.close()
+
+
+def test_a_session_completed_again_says_which_completion_its_event_is(tmp_path: Path) -> None:
+    """docs/api.md: a session completed again has ``completion`` one more. Its event carried
+    no such number, so a consumer of the events told the two verdicts of one conversation
+    apart only by turn count and time; it carries ``otel_eval.session.completion`` as the
+    API names it."""
+    from otel_eval.outputs.config import ExportConfig
+    from otel_eval.outputs.events import EvaluationEvents
+
+    store = open_store(str(tmp_path / "s.db"))
+    store.put_many([_turn("c1", n, T0 + n) for n in range(2)])
+    clock = ManualClock(T0 + 1 + IDLE_S + 1)
+    with Capture() as ds:
+        metrics = Metrics()
+        events = EvaluationEvents(ExportConfig(events_endpoint=f"127.0.0.1:{ds.port}"),
+                                  metrics, evaluator_version="9.9.9")
+        events.start()
+        job = SessionJob(store, SessionsConfig(idle_timeout_s=IDLE_S), metrics,
+                         events=events, clock=clock)
+        assert job.tick() == 1
+        store.put_many([_turn("c1", 2, clock.now)])  # the user came back
+        clock.advance(IDLE_S + 2)
+        assert job.tick() == 1
+        events.shutdown(5.0)
+        first, second = _records(ds)
+    record = SessionReader(store, job.config).get("c1")
+    assert record is not None and record["completion"] == 1
+    numbers = [attributes_to_dict(r.attributes).get("otel_eval.session.completion")
+               for r in (first, second)]
+    assert numbers == [0, 1]
+    store.close()
