@@ -183,8 +183,11 @@ class Service:
             from otel_eval.evaluate.judge.client import CALL_STATUSES
             self.metrics.judge.call_statuses(issue_call_names(config.issues), CALL_STATUSES)
         self.retention = Retention(self.store, config.store.retention_days)
+        topic = next((s.part for s in self.sinks if isinstance(s, OnLoop)
+                      and isinstance(s.part, results.ResultsPublisher)), None)
         self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction,
-                                  recorded=self.metrics.calibration.outcome_recorded)
+                                  recorded=self.metrics.calibration.outcome_recorded,
+                                  published=topic.publish_stored if topic else None)
         # GET /v1/calibration, and the agreement gauges' source (refreshed on scrape)
         predictor = self.evaluator.predictor
         self.calibration = calibration.build(

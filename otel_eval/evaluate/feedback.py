@@ -6,6 +6,8 @@
                serving model only: one stored before a model swap enters no window)
             -> ``recorded()``: the cached calibration report is stale (GET /v1/calibration
                and the agreement gauges count the outcome at their next read)
+            -> ``published(body, evaluated_at_ns)``: the stored object, its verdict re-judged,
+               to the Kafka results topic (``outputs.kafka``), the last record of its key
 
 The one writer of the feedback table and of a stored row's findings and verdict after the
 fact (the engine applies a stored outcome itself when it re-evaluates). The outcome's row and
@@ -34,8 +36,12 @@ class Feedback:
     def __init__(self, store: EvaluationStore, evaluator: Evaluator,
                  metrics: PredictionMetrics, *,
                  wall_clock_ns: Callable[[], int] = time.time_ns,
-                 recorded: Callable[[], None] = lambda: None) -> None:
+                 recorded: Callable[[], None] = lambda: None,
+                 published: Callable[[dict[str, Any], int], None] | None = None) -> None:
+        """``published``: where the stored object goes again once the outcome re-judged its
+        verdict (the Kafka results topic, when on)."""
         self.store = store
+        self._published = published
         self.evaluator = evaluator
         self.metrics = metrics
         self._recorded = recorded
@@ -54,6 +60,7 @@ class Feedback:
             raise ValueError(f"outcome {reprlib.repr(outcome_value)} is not success/failure "
                              "(or 1/0)")
         store = self.store
+        written = False
         for _ in range(FEEDBACK_ATTEMPTS):
             # the evaluation's time before its body: a replay (by another worker, or after a
             # restart) evaluates a trace at the same revision again, and the write lands only
@@ -66,13 +73,17 @@ class Feedback:
             if store.put_feedback_and_verdict(trace_id, body["revision"], outcome,
                                               self._wall_clock_ns(), updated["findings"],
                                               updated["verdict"], evaluated_at_ns=stamp[1]):
+                written = True
                 break
             # re-evaluated since it was read: nothing written, read the new revision
         else:  # re-evaluated at every attempt: keep the outcome, the engine's next
             # re-evaluation of the trace applies it
             store.put_feedback(trace_id, outcome, self._wall_clock_ns())
         self._recorded()  # the outcome's row is written: the calibration report is stale
-        stored = store.get(trace_id)  # with whatever the judge wrote meanwhile
+        got = store.get_stamped(trace_id)  # with whatever the judge wrote meanwhile
+        stored = got[0] if got is not None else None
+        if got is not None and written and self._published is not None:
+            self._published(*got)  # the verdict changed: what the results API returns now
         if stored is not None and self._serving_model(stored):
             self.metrics.labelled(stored, outcome)  # the predictor's rolling AUC
         return stored

@@ -15,7 +15,8 @@ drops are in and ``OtelEvalResultsDropped`` reads), its reason there from
 A re-evaluated trace is published again with the same key, so compacted topics keep the last;
 so is a judged one, once its judgement (or the judge's skip) is stored (``publish``, from the
 judge stage): the record then holds the ``judge`` the results API returns, as the last
-published for its key.
+published for its key; and so is one whose verdict a known outcome re-judged
+(``publish_stored``, from ``POST /v1/feedback``): the stored object, with that verdict.
 """
 
 from __future__ import annotations
@@ -97,14 +98,27 @@ class ResultsPublisher:
         when the engine's ``export`` of it comes after (that one is then not sent)."""
         self._hand_over(evaluation, judged=True)
 
+    def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int) -> None:
+        """Any thread. The stored v1 object again, as the results API returns it now: an
+        outcome's (``POST /v1/feedback``, the web view's form), once the verdict it re-judged
+        is stored (``evaluated_at_ns``: the row's). The last record of its key, as
+        ``publish``'s."""
+        trace_id, revision = str(body.get("trace_id")), body.get("revision")
+        key = (trace_id, revision if type(revision) is int else 0, evaluated_at_ns)
+        self._send(trace_id, body, key, judged=True)
+
     def _hand_over(self, evaluation: Evaluation, judged: bool) -> None:
-        payload = json.dumps(evaluation.to_json(), separators=(",", ":"), default=str).encode()
         key = (evaluation.trace_id, evaluation.trajectory.revision, evaluation.evaluated_at_ns)
+        self._send(evaluation.trace_id, evaluation.to_json(), key, judged)
+
+    def _send(self, trace_id: str, body: dict[str, Any], key: tuple[str, int, int],
+              judged: bool) -> None:
+        payload = json.dumps(body, separators=(",", ":"), default=str).encode()
         loop = self._loop
         try:
             if loop is None:
                 raise RuntimeError("not started")
-            loop.call_soon_threadsafe(self._enqueue, evaluation.trace_id, payload, key, judged)
+            loop.call_soon_threadsafe(self._enqueue, trace_id, payload, key, judged)
         except RuntimeError:  # not started, or closed (stopping): one check, no window
             self._dropped("not_started", 1)
 
