@@ -11,7 +11,7 @@ import it downward.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -35,6 +35,8 @@ class JudgedResults(Protocol):
     results topic: the v1 object, now with its ``judge``)."""
 
     def publish(self, evaluation: Evaluation) -> None: ...
+
+    def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaStats
 from otel_eval.base.model import Trace
 from otel_eval.base.results import Evaluation
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.feedback import Feedback
 from otel_eval.evaluate.judge.stage import JudgeStage
 from otel_eval.outputs.kafka import ResultsPublisher
 from otel_eval.store import SqliteStore
@@ -41,8 +43,11 @@ class Published:
         self._lock = threading.Lock()
 
     def publish(self, evaluation: Evaluation) -> None:
+        self.publish_stored(evaluation.to_json(), evaluation.evaluated_at_ns)
+
+    def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int) -> None:
         with self._lock:
-            self.records.append(json.loads(json.dumps(evaluation.to_json(), default=str)))
+            self.records.append(json.loads(json.dumps(body, default=str)))
 
 
 def test_a_judged_trace_is_published_again_with_the_judge_the_api_returns(
@@ -68,6 +73,43 @@ def test_a_judged_trace_is_published_again_with_the_judge_the_api_returns(
         first, last = topic.records
         assert "judge" not in first  # published before the judge scored it
         assert last["judge"] == stored["judge"]  # the last for its key: the API's object
+        assert last == json.loads(json.dumps(stored))
+    finally:
+        stage.shutdown(5.0)
+        loop.stop()
+        store.close()
+
+
+def test_a_judgement_stored_after_an_outcome_publishes_the_verdict_the_api_returns(
+        llm: FakeLLM, tmp_path: Path) -> None:
+    """An outcome recorded while the trace waited for its judge (``POST /v1/feedback``, the
+    web view's form) re-judges the stored verdict; the judge, done later, published the
+    evaluation it held, with the verdict from before the outcome: the topic's last record
+    of the run said the old verdict while the results API said the new one."""
+    llm.route = lambda body: good(combined_reply([0, 1, 2, 3, 4]))
+    path = str(tmp_path / "s.db")
+    store = SqliteStore(path).open()
+    ev = evaluation(trace_id="c4" * 16)
+    store.put_many([ev])
+    evaluator = Evaluator(Config())
+    assert Feedback(store, evaluator, Metrics(CollectorRegistry()).prediction).record(
+        ev.trace_id, "failure") is not None
+    before = store.get(ev.trace_id)
+    assert before is not None and before["verdict"]["outcome"] == "failure"
+    topic = Published()
+    loop = LoopThread()
+    loop.start()
+    stage = JudgeStage(config(llm.api_base, combined=True), loop, store,
+                       Metrics(CollectorRegistry()), cache_path=path, results=topic)
+    try:
+        stage.start()
+        stage.export(Trace(ev.trace_id, [], "complete"), ev)
+        poll(lambda: len(topic.records) == 1, "the judged trace to be published",
+             interval_s=0.02)
+        stored = store.get(ev.trace_id)
+        assert stored is not None and "judge" in stored
+        [last] = topic.records
+        assert last["verdict"] == stored["verdict"]  # the outcome's, not the engine's
         assert last == json.loads(json.dumps(stored))
     finally:
         stage.shutdown(5.0)

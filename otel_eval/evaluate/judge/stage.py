@@ -3,8 +3,9 @@
     Engine (thread) --export(trace, evaluation)--> loop.call(JudgeQueue.submit)
         -> worker task -> Judge.judge -> on_done: JudgeWrites.put (store.put_judge), then events
                                       -> on_skip: JudgeWrites.put({"overall": skipped})
-        -> once stored (judged or skipped): the Kafka results topic gets the evaluation again,
-           with the ``judge`` the results API now returns (``outputs.kafka``)
+        -> once stored (judged or skipped), on the writer thread: the Kafka results topic gets
+           the stored object again, read back: the ``judge`` (and any verdict an outcome
+           re-judged meanwhile) the results API now returns (``outputs.kafka``)
     SessionJob (thread) --judge_session(record, turns)--> loop: a task -> Judge.judge_session
         -> JudgeWrites.call(store.put_session_judge): onto the completion it judged
     IssuesJob (thread) --ask(request)--> loop: Judge.call (the issue namer's one call per new
@@ -264,9 +265,7 @@ class JudgeStage:
             write = self._writer.put(
                 evaluation.trace_id, evaluation.trajectory.revision, evaluation.judge,
                 shape=lambda judge: self._fit(evaluation, judge),
-                # a judgement whose events go out keeps its entry until they are delivered
-                after=lambda stored: None if stored and events else self._journal_remove(
-                    evaluation),
+                after=lambda stored: self._after_write(evaluation, stored, events),
                 # the evaluation judged: another of the same revision (a replay, here or by
                 # another worker) is judged on its own
                 evaluated_at_ns=evaluation.evaluated_at_ns)
@@ -409,6 +408,33 @@ class JudgeStage:
             log.error("clearing the journal entry of trace %s failed: %s",
                       evaluation.trace_id, e)
 
+    def _after_write(self, evaluation: Evaluation, stored: bool, events: bool) -> None:
+        """On the writer thread, once the store answered: a judgement whose events go out
+        keeps its journal entry until they are delivered; a stored one goes to the results
+        topic as the row now reads (``_publish``)."""
+        if not (stored and events):
+            self._journal_remove(evaluation)
+        if stored and self.results is not None:
+            self._publish(self.results, evaluation)
+
+    def _publish(self, results: JudgedResults, evaluation: Evaluation) -> None:
+        """On the writer thread: the stored object, with its judge, to the results topic:
+        read back, since the row may hold more than ``evaluation`` (a verdict an outcome
+        re-judged while the judge ran: ``POST /v1/feedback``), and the topic's last record
+        is the results API's object. ``evaluation`` itself when the row cannot be read, or is
+        another evaluation's by now (that one is published on its own)."""
+        try:
+            got = self.store.get_stamped(evaluation.trace_id)
+        except Exception as e:  # the judgement is stored: what we hold goes out
+            log.warning("reading back the judged trace %s failed: %s", evaluation.trace_id,
+                        type(e).__name__)
+            got = None
+        if got is None:
+            results.publish(evaluation)
+        elif (got[0].get("revision"), got[1]) == (evaluation.trajectory.revision,
+                                                  evaluation.evaluated_at_ns):
+            results.publish_stored(*got)
+
     def _written(self, write: Future[bool], evaluation: Evaluation,
                  then: Callable[[Evaluation], None] | None) -> None:  # on the loop
         self._writes.discard(write)
@@ -417,11 +443,8 @@ class JudgeStage:
         if (e := write.exception()) is not None:  # the store's failure: said, judging goes on
             log.error("storing the judge result of trace %s failed: %s", evaluation.trace_id,
                       type(e).__name__, exc_info=e)
-        elif write.result():
-            if self.results is not None:  # the v1 object as stored now: with its judge
-                self.results.publish(evaluation)
-            if then is not None:
-                then(evaluation)
+        elif write.result() and then is not None:
+            then(evaluation)
 
     def shutdown(self, deadline_s: float) -> None:
         """Drain for at most ``deadline_s``; what is left is stored as skipped ``shutdown``,
