@@ -12,6 +12,7 @@ the v1 object, each text cut to ``CONTENT_CHARS`` with its full length counted.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -361,15 +362,18 @@ class Trajectory:
 
     def usage(self) -> dict[str, Any]:
         """The run's tokens and cost: each the sum over the ``usage_steps`` that recorded it,
-        None when none did (unknown, not 0: an instrumentation that records no usage)."""
+        None when none did (unknown, not 0: an instrumentation that records no usage). A cost
+        whose sum is past the largest float (steps' finite costs near 1e308) is None too: no
+        number is no cost (never ``"Infinity"`` in the JSON, nor in the cost histogram)."""
         llm = self.usage_steps
         tin = [s.input_tokens for s in llm if s.input_tokens is not None]
         tout = [s.output_tokens for s in llm if s.output_tokens is not None]
         costs = [s.cost_usd for s in llm if s.cost_usd is not None]
+        cost = round(sum(costs), 12) if costs else None
         return {
             "input_tokens": sum(tin) if tin else None,
             "output_tokens": sum(tout) if tout else None,
-            "cost_usd": round(sum(costs), 12) if costs else None,
+            "cost_usd": cost if cost is None or math.isfinite(cost) else None,
         }
 
     def counts(self) -> dict[str, int]:
