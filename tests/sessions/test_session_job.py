@@ -630,3 +630,41 @@ def test_a_session_completed_again_says_which_completion_its_event_is(tmp_path: 
                for r in (first, second)]
     assert numbers == [0, 1]
     store.close()
+
+
+def test_a_poller_reads_each_completion_by_its_counted_window(tmp_path: Path) -> None:
+    """docs/api.md "Polling for conversations": ``since`` goes by the last turn, which a
+    completion does not move, so a poll from the previous poll's time never sees the session
+    complete; the counted window, set back by the check interval and a margin, returns each
+    completion once, a re-opened session's again, ``completion`` one more."""
+    from otel_eval.store.sessions import SessionQuery
+
+    store = open_store(str(tmp_path / "s.db"))
+    clock = ManualClock(T0 + 10)
+    job, _ = _job(store, clock, check_interval_s=10.0)
+    reader = SessionReader(store, job.config)
+    margin_s = job.config.check_interval_s + 60  # the check, then a turn's write wait
+
+    def listed(**window: float) -> list[tuple[str, int | None]]:
+        params = {k: [str(v)] for k, v in window.items()}
+        return [(r["status"], r.get("completion")) for r in reader.page(
+            SessionQuery.from_params({**params, "limit": ["10"]}))["sessions"]]
+
+    store.put_many([_turn("c1", n, T0 + n) for n in range(2)])
+    first_poll = clock.now
+    assert listed(since=T0 - 100) == [("open", None)]
+    counted_until = clock.now - margin_s  # nothing has fallen due yet
+    assert listed(counted_since=T0 - 100, counted_until=counted_until) == []
+    clock.advance(IDLE_S + 1)
+    assert job.tick() == 1
+    clock.advance(margin_s)
+    assert listed(since=first_poll) == []  # the gap of a poller on since
+    previous, counted_until = counted_until, clock.now - margin_s
+    assert listed(counted_since=previous, counted_until=counted_until) == [("complete", 0)]
+    store.put_many([_turn("c1", 2, clock.now)])  # the user came back: re-opened
+    clock.advance(IDLE_S + 1)
+    assert job.tick() == 1
+    clock.advance(margin_s)
+    previous, counted_until = counted_until, clock.now - margin_s
+    assert listed(counted_since=previous, counted_until=counted_until) == [("complete", 1)]
+    store.close()
