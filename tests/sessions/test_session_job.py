@@ -635,15 +635,15 @@ def test_a_session_completed_again_says_which_completion_its_event_is(tmp_path: 
 def test_a_poller_reads_each_completion_by_its_counted_window(tmp_path: Path) -> None:
     """docs/api.md "Polling for conversations": ``since`` goes by the last turn, which a
     completion does not move, so a poll from the previous poll's time never sees the session
-    complete; the counted window, set back by the check interval and a margin, returns each
-    completion once, a re-opened session's again, ``completion`` one more."""
+    complete; the counted window returns each first completion once; a later turn re-opens
+    the session and ``since`` returns it again, read by id until ``completion`` is one more."""
     from otel_eval.store.sessions import SessionQuery
 
     store = open_store(str(tmp_path / "s.db"))
     clock = ManualClock(T0 + 10)
     job, _ = _job(store, clock, check_interval_s=10.0)
     reader = SessionReader(store, job.config)
-    margin_s = job.config.check_interval_s + 60  # the check, then a turn's write wait
+    margin_s = 60.0  # the clocks' difference
 
     def listed(**window: float) -> list[tuple[str, int | None]]:
         params = {k: [str(v)] for k, v in window.items()}
@@ -653,18 +653,21 @@ def test_a_poller_reads_each_completion_by_its_counted_window(tmp_path: Path) ->
     store.put_many([_turn("c1", n, T0 + n) for n in range(2)])
     first_poll = clock.now
     assert listed(since=T0 - 100) == [("open", None)]
-    counted_until = clock.now - margin_s  # nothing has fallen due yet
+    counted_until = clock.now - margin_s  # nothing completed yet
     assert listed(counted_since=T0 - 100, counted_until=counted_until) == []
     clock.advance(IDLE_S + 1)
     assert job.tick() == 1
-    clock.advance(margin_s)
+    clock.advance(margin_s + 1)
     assert listed(since=first_poll) == []  # the gap of a poller on since
     previous, counted_until = counted_until, clock.now - margin_s
     assert listed(counted_since=previous, counted_until=counted_until) == [("complete", 0)]
+    second_poll = clock.now
     store.put_many([_turn("c1", 2, clock.now)])  # the user came back: re-opened
+    assert listed(since=second_poll) == [("open", 1)]
     clock.advance(IDLE_S + 1)
     assert job.tick() == 1
-    clock.advance(margin_s)
+    clock.advance(margin_s + 1)
     previous, counted_until = counted_until, clock.now - margin_s
-    assert listed(counted_since=previous, counted_until=counted_until) == [("complete", 1)]
+    assert listed(counted_since=previous, counted_until=counted_until) == []  # counted once
+    assert listed(since=second_poll) == [("complete", 1)]  # read again: completion one more
     store.close()
