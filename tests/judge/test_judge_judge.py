@@ -203,7 +203,8 @@ def test_rubric_generated_once_per_task_and_cached_in_sqlite(llm: FakeLLM,
     second = run(again, evaluation(trace_id="9" * 32))["judges"]["rubric"]
     assert (second["cache"], second["calls"], len(llm.requests)) == ("hit", 1, 3)
     rows = sqlite3.connect(db).execute("SELECT key, model FROM judge_rubrics").fetchall()
-    assert rows == [(rubric_key("airline-7", None), "openai/gpt-4o-mini")]
+    assert rows == [(rubric_key("airline-7", None, None, judge.rubric_writer),
+                     "openai/gpt-4o-mini")]
 
 
 def test_two_services_tasks_of_one_id_get_their_own_criteria(llm: FakeLLM,
@@ -298,3 +299,35 @@ def test_a_failed_judges_critiques_reach_neither_the_events_nor_the_issues(
     assert [e.get("error.type") for e in step_events] == ["error"]
     critiques = extract([ev.to_json()], threshold=0.5).critiques
     assert [c.source for c in critiques if c.source == "judge:step"] == []
+
+
+def test_cached_criteria_are_the_writers_own_model_and_prompt(llm: FakeLLM,
+                                                              tmp_path: Path) -> None:
+    """Cached criteria are reused only by the judge model and rubric prompt that wrote them.
+    The cache kept the writing model but never read it back: after ``judge.model`` or
+    ``rubric_generate.txt`` changed, runs were checked for up to ``rubric_ttl_days`` against
+    criteria the old model or prompt wrote."""
+    criteria = {"criteria": [{"id": "c1", "criterion": "Cancels ABC123"}]}
+    verdicts = {"results": [{"id": "c1", "reasoning": "step 3", "fulfilled": True}]}
+    llm.by_schema({"rubric_generate_grade": good(criteria),
+                   "rubric_verify_grade": good(verdicts)})
+    db = str(tmp_path / "store.db")
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+
+    def cache(judge_config: Any, trace_id: str) -> str:
+        judge = Judge(judge_config, rubric_cache=SqliteRubricCache(db))
+        return str(run(judge, evaluation(trace_id=trace_id))["judges"]["rubric"]["cache"])
+
+    base = config(llm.api_base, enabled=("rubric",))
+    assert cache(base, "1" * 32) == "miss"
+    assert cache(base, "2" * 32) == "hit"
+    other_model = config(llm.api_base, enabled=("rubric",), model="openai/gpt-4o")
+    assert cache(other_model, "3" * 32) == "miss"
+    assert cache(other_model, "4" * 32) == "hit"
+    (prompts / "rubric_generate.txt").write_text(
+        "List what a correct answer to this task must do.\n$task\n$reply", encoding="utf-8")
+    own_prompt = config(llm.api_base, enabled=("rubric",), prompt_dir=str(prompts))
+    assert cache(own_prompt, "5" * 32) == "miss"
+    assert cache(own_prompt, "6" * 32) == "hit"
+    assert cache(base, "7" * 32) == "hit"  # the packaged prompt's own are still valid

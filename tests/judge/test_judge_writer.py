@@ -130,7 +130,7 @@ def test_a_blocked_rubric_cache_does_not_hold_the_event_loop(llm: FakeLLM) -> No
         cache.release.set()
         out = judging.result(30)
         assert out["judges"]["rubric"]["cache"] == "miss"
-        assert cache.get(str(rubric_key("airline-7", None))) == [
+        assert cache.get(str(rubric_key("airline-7", None, None, judge.rubric_writer))) == [
             {"id": "c1", "criterion": "Cancels"}]
     finally:
         cache.release.set()

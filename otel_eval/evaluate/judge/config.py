@@ -225,7 +225,9 @@ class JudgeConfig:
     prompt_dir: str = ""
     # Cached rubric criteria older than this are regenerated and deleted, days (0 = never).
     # The cache keeps at most 10,000 tasks (the oldest written go), keyed by a hash of the
-    # task id within its service (service.name), else of the input. Default 30.
+    # task id within its service (service.name), else of the input, and of the judge model
+    # and the system and rubric_generate prompts that wrote them (a change of either writes
+    # them again). Default 30.
     rubric_ttl_days: float = 30.0
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     redaction: RedactionConfig = field(default_factory=RedactionConfig)

@@ -31,6 +31,7 @@ from otel_eval.evaluate.judge.rubric_cache import (
     MemoryRubricCache,
     RubricCache,
     rubric_key,
+    rubric_writer,
 )
 from otel_eval.evaluate.judge.scoring import Collector, overall
 from otel_eval.evaluate.judge.session import render_session
@@ -91,6 +92,9 @@ class Judge:
             ttl_s=config.rubric_ttl_days * 86400)
         self.observer: JudgeObserver = observer or NoopObserver()
         self.shape_in_prompt = shape_in_prompt(config)
+        # criteria are reused only by the model and prompts that wrote them (rubric_cache)
+        self.rubric_writer = rubric_writer(
+            config.model, self.prompts.digest("system", "rubric_generate"))
 
     @property
     def enabled(self) -> bool:
@@ -243,7 +247,7 @@ class Judge:
         """J_r (criteria from the task input, cached per task of a service) then J_v (check
         them)."""
         t = evaluation.trajectory
-        key = rubric_key(t.task_id, t.input, t.service)
+        key = rubric_key(t.task_id, t.input, t.service, self.rubric_writer)
         if key is None:
             collector.skipped("rubric", "no_task_input")
             return

@@ -1,8 +1,12 @@
 """Per-task rubric criteria cache (J_r output reused by J_v): in memory or SQLite.
 
-Key: ``task:<sha256 of the service and task id>`` or ``input:<sha256 of the task input>``
-(``rubric_key``): span content sets both, so a key is of a fixed length whatever they hold.
-A task id is its service's own (two teams' task "7" are two tasks); the input is the task.
+Key: ``task:<sha256 of the writer, service and task id>`` or ``input:<sha256 of the writer
+and task input>`` (``rubric_key``): span content sets both, so a key is of a fixed length
+whatever they hold. A task id is its service's own (two teams' task "7" are two tasks); the
+input is the task. The writer (``rubric_writer``: the judge model and a digest of the prompts
+that ask for criteria) is in the key: criteria are reused only by the model and prompt that
+wrote them (after a change of either they are written again; the old ones are no longer read
+and go as the oldest or expired).
 Entries older than ``ttl_s`` (wall clock, since they outlive the process) are ignored and
 regenerated, and deleted at the next write. Bounded as the other caches: at most
 ``MAX_RUBRICS`` entries (past it the oldest written go), each of at most ``MAX_ENTRY_CHARS``
@@ -37,15 +41,22 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def rubric_writer(model: str, prompts_digest: str) -> str:
+    """Who writes a task's criteria: the judge ``model`` and the digest of its prompts."""
+    return f"{model}\x00{prompts_digest}"
+
+
 def rubric_key(task_id: str | None, task_input: str | None,
-               service: str | None = None) -> str | None:
+               service: str | None = None, writer: str = "") -> str | None:
     """The cache key of a run's task: its id within its ``service`` (``service.name``), else
-    its input text; None without either."""
+    its input text, as written by ``writer`` (``rubric_writer``); None without either."""
+    own = f"{writer}\x00" if writer else ""
     if task_id:
         # a service's ids are its own: one service's "7" is not another's
-        return "task:" + _sha256(task_id if service is None else f"{service}\x00{task_id}")
+        return "task:" + _sha256(own + (task_id if service is None
+                                        else f"{service}\x00{task_id}"))
     if task_input:
-        return "input:" + _sha256(task_input)
+        return "input:" + _sha256(own + task_input)
     return None
 
 

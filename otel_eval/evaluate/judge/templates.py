@@ -7,6 +7,7 @@ not on the first trace.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from importlib import resources
 from pathlib import Path
@@ -64,6 +65,11 @@ class Prompts:
                 raise ValueError(f"prompt {self.sources[name]} ({name}): bad placeholder {e}; "
                                  f"known: {', '.join(PLACEHOLDERS)}") from e
             self._templates[name] = template
+
+    def digest(self, *names: str) -> str:
+        """A sha256 (hex) of the templates ``names`` as loaded (packaged or overridden)."""
+        text = "\x00".join(self._templates[name].template for name in names)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
     def render(self, name: str, **values: str) -> str:
         return self._templates[name].substitute({p: "" for p in PLACEHOLDERS} | values)
