@@ -127,11 +127,15 @@ class EvalRun:
         jc = self.cfg.judge
         if not jc.active:
             return out
-        from otel_eval.evaluate.judge.client import check_credentials
+        from otel_eval.evaluate.judge.client import check_credentials, check_prices
         from otel_eval.evaluate.judge.judge import Judge
         from otel_eval.evaluate.judge.offline import Spend, judged
 
         check_credentials(jc)
+        if self.max_cost_usd is None:
+            check_prices(jc)
+        else:
+            check_prices(jc, self.max_cost_usd, "--max-cost-usd", "no --max-cost-usd")
         if self.max_cost_usd is not None:  # the explicit cap replaces the hourly budget
             jc = replace(jc, max_cost_usd_per_hour=0.0)
         self.spend = Spend()

@@ -56,8 +56,8 @@ def _hosts_contacted(tmp_path: Path, *args: str) -> tuple[list[str], list[dict[s
 @pytest.mark.parametrize(("model", "limits"), [
     ("openai/gpt-4o-mini", ""),
     # a Llama served OpenAI-style (vLLM) with a token limit: litellm's token counter would
-    # fetch the Llama tokenizer from the Hugging Face Hub
-    ("openai/llama-3-8b-instruct", "  tokens_per_min: 1000000\n"),
+    # fetch the Llama tokenizer from the Hugging Face Hub; free, and unpriced: no cost cap
+    ("openai/llama-3-8b-instruct", "  tokens_per_min: 1000000\n  max_cost_usd_per_hour: 0\n"),
 ])
 def test_judge_on_contacts_only_the_configured_model(llm: FakeLLM, tmp_path: Path, model: str,
                                                      limits: str) -> None:

@@ -86,3 +86,34 @@ def test_failed_calls_are_counted_as_failed(llm: FakeLLM, tmp_path: Path,
         ["error", "error"]
     assert "0 traces judged in 2 calls" in err
     assert "failed calls: 2; failed traces: 2 error" in err
+
+
+def test_a_spending_cap_on_a_model_without_a_price_is_refused_at_start(
+        llm: FakeLLM, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A model litellm's packaged map has no price for (one released after the pinned
+    litellm) and no judge prices: every call was costed $0, so judge.max_cost_usd_per_hour
+    (default 1.0) and --max-cost-usd never stopped the spending. Now refused at start,
+    naming both fixes; without a cap, or with prices, or a model the map prices (Ollama's:
+    free), it runs."""
+    llm.route = _scripted
+    path = str(_trace_file(tmp_path, 1))
+    judge = ["--judge", "openai/gpt-9-unreleased", "--judge-api-base", llm.api_base]
+    for cap, no_cap in (([], "judge.max_cost_usd_per_hour: 0"),
+                        (["--max-cost-usd", "5"], "no --max-cost-usd")):
+        code = main(["eval", path, "--format", "jsonl", *judge, *cap])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "", err
+        assert "litellm has no price for openai/gpt-9-unreleased" in err
+        assert "judge.input_cost_per_token_usd" in err and no_cap in err
+    for fix in ("judge:\n  max_cost_usd_per_hour: 0\n",
+                "judge:\n  input_cost_per_token_usd: 1.0e-6\n"
+                "  output_cost_per_token_usd: 4.0e-6\n"):
+        (tmp_path / "c.yaml").write_text(fix)
+        code = main(["eval", path, "--format", "jsonl", "--config", str(tmp_path / "c.yaml"),
+                     *judge])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        assert json.loads(out)["judge"]["overall"]["status"] == "ok"
+    code = main(["eval", path, "--format", "jsonl", "--judge", "ollama/llama3.1",
+                 "--judge-api-base", llm.api_base])
+    assert code == 0, capsys.readouterr().err

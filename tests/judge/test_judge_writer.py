@@ -379,3 +379,21 @@ def test_a_session_judgement_the_store_refuses_for_a_while_is_written_again(
         writes.stop()
         store.close()
     assert (store.session_writes, store.refusals) == (3, 0)
+
+
+def test_serve_refuses_an_hourly_cap_on_a_model_without_a_price(tmp_path: Path) -> None:
+    """The judge stage starts only when its hourly cap can apply: a model litellm has no
+    price for (newer than the pinned litellm, a vLLM name) with no judge prices was costed
+    $0 a call, so judge.max_cost_usd_per_hour never stopped it."""
+    from otel_eval.base.configcheck import ConfigError
+
+    store = SqliteStore(str(tmp_path / "s.db")).open()
+    loop = LoopThread()
+    try:
+        for model in ("openai/gpt-9-unreleased", "hosted_vllm/my-llama"):
+            stage = JudgeStage(config("http://127.0.0.1:9/v1", model=model), loop, store,
+                               Metrics(CollectorRegistry()))
+            with pytest.raises(ConfigError, match="max_cost_usd_per_hour: 0"):
+                stage.start()
+    finally:
+        store.close()

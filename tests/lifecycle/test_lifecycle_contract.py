@@ -65,7 +65,8 @@ def parts(tmp_path: Path) -> Iterator[dict[str, Make]]:
                                  StoreHealth(store.location, clock=time.monotonic), metrics,
                                  assembly=AssemblyConfig()),
         "judge stage": lambda: JudgeStage(
-            JudgeConfig(model="openai/judge", api_base="http://127.0.0.1:9/v1"), loop, store,
+            JudgeConfig(model="openai/judge", api_base="http://127.0.0.1:9/v1",
+                        max_cost_usd_per_hour=0.0), loop, store,
             Metrics(CollectorRegistry())),
         "issues job": lambda: IssuesJob(IssuesConfig(interval_s=3600.0),
                                         sqlite3.connect(":memory:", check_same_thread=False),

@@ -30,6 +30,7 @@ def _service(tmp_path: Path, **changes: Any) -> Service:
         "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "e.db"),
         "evaluation.workers": 1, "export.events_endpoint": "127.0.0.1:9",
         "export.forward_endpoint": "127.0.0.1:9", "judge.model": "openai/judge",
+        "judge.max_cost_usd_per_hour": 0.0,
         "judge.api_base": "http://127.0.0.1:9/v1", "kafka.brokers": "127.0.0.1:9",
         "kafka.results_topic": "results", "issues.interval_s": 60.0, **changes})
     return Service(cfg, registry=CollectorRegistry())

@@ -45,6 +45,7 @@ from otel_eval.evaluate.judge.llm import (
     litellm,
     missing_credentials,
     pin_model_info,
+    priced,
     redact_secrets,
 )
 from otel_eval.evaluate.judge.render import CHARS_PER_TOKEN
@@ -257,6 +258,28 @@ def check_credentials(config: JudgeConfig) -> None:
         raise ConfigError([f"judge.model: {config.model} needs {' or '.join(missing)} in the "
                            "environment (or judge.api_base: a local OpenAI-compatible server "
                            "needs no key)"])
+
+
+def check_prices(config: JudgeConfig, cap_usd: float | None = None,
+                 cap_name: str = "judge.max_cost_usd_per_hour",
+                 no_cap: str = "judge.max_cost_usd_per_hour: 0") -> None:
+    """Refuse, once at startup, a spending cap that could never apply: with no
+    ``judge.input_cost_per_token_usd`` / ``output_cost_per_token_usd`` a call is costed at
+    litellm's prices, and a model it has none for (released after the pinned litellm, a
+    custom deployment name) would cost $0 a call, the cap (``cap_usd``, else
+    ``max_cost_usd_per_hour``) never reached. Ollama's models are priced 0
+    (``pin_model_info``): free."""
+    cap = config.max_cost_usd_per_hour if cap_usd is None else cap_usd
+    if (not config.active or not cap or config.input_cost_per_token_usd
+            or config.output_cost_per_token_usd):
+        return
+    pin_model_info(config.model, 0.0, 0.0)
+    if not priced(config.model):
+        raise ConfigError([
+            f"judge.model: litellm has no price for {config.model}, so {cap_name} "
+            f"({cap:g} USD) would never stop the spending: set "
+            "judge.input_cost_per_token_usd and judge.output_cost_per_token_usd (the model's "
+            f"prices, USD per token), or {no_cap} for no cap (a free self-hosted model)"])
 
 
 class JudgeClient:

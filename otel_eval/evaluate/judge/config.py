@@ -182,10 +182,13 @@ class JudgeConfig:
     # unlimited. Default 0.
     tokens_per_min: int = 0
     # Spend per rolling hour (litellm's cost accounting), USD; calls past it get status
-    # `budget_exceeded` and new traces are skipped `over_budget`; 0 = unlimited. Default 1.0.
+    # `budget_exceeded` and new traces are skipped `over_budget`; 0 = unlimited. A cap on a
+    # model litellm has no price for, with no prices below, is refused at start (it would
+    # never apply): set the prices, or 0 here for a free self-hosted model. Default 1.0.
     max_cost_usd_per_hour: float = 1.0
-    # Prices for models litellm does not know (self-hosted), USD per token; both 0 = use
-    # litellm's price map (unknown models then cost 0). Defaults 0.
+    # Prices for models litellm does not know (self-hosted, newer than the pinned litellm),
+    # USD per token; both 0 = use litellm's price map (Ollama's models are priced 0 there).
+    # Defaults 0.
     input_cost_per_token_usd: float = 0.0
     output_cost_per_token_usd: float = 0.0
     # How the JSON reply is requested: `json_schema` (response_format with the schema),

@@ -99,6 +99,24 @@ def pin_model_info(model: str, input_cost_per_token: float,
         "cache_creation_input_token_cost": 0.0, "cache_read_input_token_cost": 0.0}})
 
 
+def priced(model: str) -> bool:
+    """Whether litellm has a price for ``model`` (0 is a price: Ollama's, once
+    ``pin_model_info``): a row of its map under the model's name with or without its
+    provider, or a cost it computes. Not ``cost_per_token`` alone: for an OpenAI name it
+    does not know (``gpt-``, ``o``: a model newer than the pinned litellm) it gives 0."""
+    names = (model, model.partition("/")[2])
+    for name in filter(None, names):
+        row = litellm.model_cost.get(name) or litellm.model_cost.get(name.lower())
+        if isinstance(row, dict) and ("input_cost_per_token" in row
+                                      or "output_cost_per_token" in row):
+            return True
+    try:
+        return sum(litellm.cost_per_token(model=model, prompt_tokens=1_000_000,
+                                          completion_tokens=1_000_000)) > 0
+    except Exception:  # not mapped
+        return False
+
+
 @functools.lru_cache(maxsize=64)
 def output_limit(model: str) -> int | None:
     """The largest completion litellm's packaged map gives ``model`` (``max_output_tokens``,
@@ -114,7 +132,7 @@ def output_limit(model: str) -> int | None:
 
 
 __all__ = ["PLACEHOLDER_API_KEY", "litellm", "missing_credentials", "output_limit",
-           "pin_model_info", "redact_secrets"]
+           "pin_model_info", "priced", "redact_secrets"]
 
 # Sent as the key to an OpenAI-compatible server at ``api_base`` when no key is configured:
 # local servers (vLLM, llama.cpp, Ollama's /v1) ignore it, but the openai client refuses to

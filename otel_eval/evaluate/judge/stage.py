@@ -63,6 +63,7 @@ from otel_eval.evaluate.judge.client import (
     CALL_STATUSES,
     CallResult,
     check_credentials,
+    check_prices,
     close_clients,
 )
 from otel_eval.evaluate.judge.config import JudgeConfig, call_names
@@ -118,6 +119,7 @@ class JudgeStage:
 
     def start(self) -> None:
         check_credentials(self.config)
+        check_prices(self.config)
         self._cache = SqliteRubricCache(self.cache_path,
                                         ttl_s=self.config.rubric_ttl_days * 86400)
         try:
