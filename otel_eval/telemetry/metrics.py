@@ -289,7 +289,9 @@ class JudgeMetrics:
         self.c_calls = c("judge_calls", "LLM judge calls, by judge and status.",
                          ["judge", "status"])
         self.c_tokens = c("judge_tokens", "Judge tokens, by direction.", ["judge", "direction"])
-        self.c_cost = c("judge_cost_usd", "Judge spend, USD (litellm's accounting).", ["judge"])
+        self.c_cost = c("judge_cost_usd", "Judge spend, USD (litellm's accounting; calls of a "
+                        "model with no price are not in it: their cost is unknown).",
+                        ["judge"])
         self.c_usage_implausible = c(
             "judge_usage_implausible", "Judge replies whose reported token usage was "
             "missing or implausible (no prompt tokens, negative, fractional, over twice the "
@@ -303,11 +305,12 @@ class JudgeMetrics:
         self.g_queue = d.gauge("judge_queue_depth", "Evaluations waiting for the judge.")
 
     def call(self, judge: str, status: str, input_tokens: int, output_tokens: int,
-             cost_usd: float, latency_s: float) -> None:
+             cost_usd: float | None, latency_s: float) -> None:
         self.c_calls.labels(judge, status).inc()
         self.c_tokens.labels(judge, "input").inc(input_tokens)
         self.c_tokens.labels(judge, "output").inc(output_tokens)
-        self.c_cost.labels(judge).inc(cost_usd)
+        if cost_usd is not None:  # unknown (no price for the model): not counted as $0
+            self.c_cost.labels(judge).inc(cost_usd)
         self.h_latency.labels(judge).observe(latency_s)
 
     def usage_implausible(self, judge: str, replies: int) -> None:

@@ -182,10 +182,15 @@ def test_custom_prices_for_unknown_models(llm: FakeLLM) -> None:
     assert call(c).cost_usd == 1000 * 1e-6 + 100 * 2e-6
 
 
-def test_unknown_model_costs_zero_not_crash(llm: FakeLLM) -> None:
-    llm.script(good(GOOD, model="my-vllm-model"))
-    r = call(client(llm, model="openai/my-vllm-model"))
-    assert (r.status, r.cost_usd) == ("ok", 0.0)
+@pytest.mark.parametrize("model", ["openai/my-vllm-model", "openai/gpt-9-unreleased"])
+def test_a_model_without_a_price_costs_unknown_not_zero(llm: FakeLLM, model: str) -> None:
+    """A call of a model litellm has no price for (and no judge prices) cost $0: now its
+    cost is unknown (None), never a figure; litellm gives an unknown gpt- name 0 itself."""
+    llm.script(good(GOOD, model="my-vllm-model"), good(GOOD, model="my-vllm-model"))
+    c = client(llm, model=model)
+    assert [(r.status, r.cost_usd) for r in (call(c), call(c))] == [("ok", None)] * 2
+    llm.script(good(GOOD, model="llama3.1"))
+    assert call(client(llm, model="ollama/llama3.1")).cost_usd == 0.0  # free: priced 0
 
 
 def test_retry_after_http_date_and_garbage() -> None:

@@ -117,3 +117,22 @@ def test_a_spending_cap_on_a_model_without_a_price_is_refused_at_start(
     code = main(["eval", path, "--format", "jsonl", "--judge", "ollama/llama3.1",
                  "--judge-api-base", llm.api_base])
     assert code == 0, capsys.readouterr().err
+
+
+def test_the_cost_of_a_model_without_a_price_is_unknown_not_zero(
+        llm: FakeLLM, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No cap and no prices for a model litellm cannot price: its calls were reported as
+    costing $0.0000 (the judge object's cost_usd, eval's cost line). Now unknown: null and
+    "cost unknown"."""
+    llm.route = _scripted
+    (tmp_path / "c.yaml").write_text("judge:\n  max_cost_usd_per_hour: 0\n")
+    code = main(["eval", str(_trace_file(tmp_path, 1)), "--format", "jsonl", "--config",
+                 str(tmp_path / "c.yaml"), "--judge", "openai/gpt-9-unreleased",
+                 "--judge-api-base", llm.api_base])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    judged = json.loads(out)["judge"]
+    assert judged["overall"]["status"] == "ok"
+    assert judged["totals"]["cost_usd"] is None
+    assert all(j["cost_usd"] is None for j in judged["judges"].values() if j["calls"])
+    assert "cost unknown" in err and "$0.0000" not in err

@@ -85,7 +85,7 @@ class CallResult:
     data: dict[str, Any] | None = None
     input_tokens: int = 0
     output_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0  # None: unknown (litellm has no price for the model)
     latency_s: float = 0.0
     model: str = ""
     error: str = ""
@@ -305,6 +305,9 @@ class JudgeClient:
         # before any litellm call: litellm asks no server about a model it was not told of
         pin_model_info(config.model, config.input_cost_per_token_usd,
                        config.output_cost_per_token_usd)
+        # a model with no price (configured or litellm's): its calls cost unknown, not $0
+        self._priced = bool(config.input_cost_per_token_usd or config.output_cost_per_token_usd
+                            or not config.model or priced(config.model))
 
     def over_budget(self) -> bool:
         return self.budget.exceeded(self.clock())
@@ -515,18 +518,24 @@ class JudgeClient:
         tin = estimated_tokens(_sent_text(request))
         self._spend(result, tin, output_tokens, self._cost(None, tin, output_tokens, False))
 
-    def _spend(self, result: CallResult, tin: int, tout: int, cost: float) -> None:
+    def _spend(self, result: CallResult, tin: int, tout: int, cost: float | None) -> None:
+        """Count a request's tokens and cost (``None``: unknown, and so is the call's)."""
         result.input_tokens += tin
         result.output_tokens += tout
-        result.cost_usd += cost
+        result.cost_usd = None if cost is None or result.cost_usd is None \
+            else result.cost_usd + cost
         now = self.clock()
-        self.budget.add(now, cost)
+        if cost is not None:
+            self.budget.add(now, cost)
         self.limiter.add_tokens(now, tout)
 
-    def _cost(self, response: Any, tin: int, tout: int, reported: bool) -> float:
+    def _cost(self, response: Any, tin: int, tout: int, reported: bool) -> float | None:
+        """USD these tokens cost; None when unknown (no price for the model: never $0)."""
         c = self.config
         if c.input_cost_per_token_usd or c.output_cost_per_token_usd:
             return tin * c.input_cost_per_token_usd + tout * c.output_cost_per_token_usd
+        if not self._priced:
+            return None
         try:
             # the most these tokens cost at litellm's prices (no cache discount)
             most = sum(litellm.cost_per_token(model=c.model, prompt_tokens=tin,
@@ -534,8 +543,8 @@ class JudgeClient:
             if not reported:
                 return float(most)
             cost = float(litellm.completion_cost(completion_response=response))
-        except Exception:  # model missing from litellm's price map
-            return 0.0
+        except Exception:  # model missing from litellm's price map: unknown
+            return None
         # completion_cost also reads usage fields not checked here (cached, reasoning tokens):
         # whatever they say, a reply costs no more than its checked tokens, and nothing less
         return min(max(cost, 0.0), most) if math.isfinite(cost) else float(most)

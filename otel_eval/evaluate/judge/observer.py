@@ -16,10 +16,10 @@ SKIP_REASONS: tuple[SkipReason, ...] = ("queue_full", "sampled_out", "over_budge
 
 class JudgeObserver(Protocol):
     def call(self, judge: str, status: str, input_tokens: int, output_tokens: int,
-             cost_usd: float, latency_s: float) -> None:
+             cost_usd: float | None, latency_s: float) -> None:
         """One judge call finished (``judge``: step | trace | process | outcome | combined |
         rubric_generate | rubric_verify | session | issue_name | issue_merge; ``status``: a
-        CallStatus)."""
+        CallStatus; ``cost_usd`` None: unknown, no price for the model)."""
 
     def usage_implausible(self, judge: str, replies: int) -> None:
         """Replies whose reported token usage was implausible (not a whole number from 0 to
@@ -34,7 +34,7 @@ class JudgeObserver(Protocol):
 
 class NoopObserver:
     def call(self, judge: str, status: str, input_tokens: int, output_tokens: int,
-             cost_usd: float, latency_s: float) -> None:
+             cost_usd: float | None, latency_s: float) -> None:
         pass
 
     def usage_implausible(self, judge: str, replies: int) -> None:

@@ -42,7 +42,8 @@ class Spend:
     failed_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float = 0.0  # of the traces whose cost is known
+    cost_unknown: int = 0  # traces with calls of unknown cost (no price for the model)
 
     def add(self, judged: dict[str, Any]) -> None:
         totals = judged.get("totals")
@@ -60,14 +61,18 @@ class Spend:
         self.failed_calls += int(totals.get("failed_calls", 0))
         self.input_tokens += int(totals["tokens"]["input"])
         self.output_tokens += int(totals["tokens"]["output"])
-        self.cost_usd += float(totals["cost_usd"])
+        if totals.get("cost_usd") is None:
+            self.cost_unknown += 1
+        else:
+            self.cost_usd += float(totals["cost_usd"])
 
     def line(self, model: str) -> str:
         skipped = ", ".join(f"{n} {r}" for r, n in sorted(self.skipped.items()))
         failed = ", ".join(f"{n} {r}" for r, n in sorted(self.failed.items()))
         return (f"judge {model}: {self.judged} traces judged in {self.calls} calls, "
                 f"{self.input_tokens} input + {self.output_tokens} output tokens, "
-                f"${self.cost_usd:.4f}"
+                + ("cost unknown (no price for the model)" if self.cost_unknown
+                   else f"${self.cost_usd:.4f}")
                 + (f"; failed calls: {self.failed_calls}" if self.failed_calls else "")
                 + (f"; failed traces: {failed}" if failed else "")
                 + (f"; skipped: {skipped}" if skipped else ""))

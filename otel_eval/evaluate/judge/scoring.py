@@ -7,6 +7,9 @@
                  tau_task, tau_process},
      "totals": {tokens, cost_usd, latency_s, calls, failed_calls}}
 
+``cost_usd`` is null (unknown) when a call's was: litellm has no price for the model and none
+is configured (``judge.input_cost_per_token_usd``); never $0 for it.
+
 Every score has a critique: ``critiques`` items are {dimension, score, text, span_id, node,
 step_index} (span_id/node/step_index None for trace-level ones), the shape the issue-clustering
 stage reads. A judge whose call failed has its failure status and no scores.
@@ -14,6 +17,7 @@ stage reads. A judge whose call failed has its failure status and no scores.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from statistics import fmean
 from typing import Any
 
@@ -55,7 +59,7 @@ class Collector:
         e = self.entry(name)
         e["tokens"]["input"] += result.input_tokens
         e["tokens"]["output"] += result.output_tokens
-        e["cost_usd"] = round(e["cost_usd"] + result.cost_usd, 8)
+        e["cost_usd"] = _added(e["cost_usd"], result.cost_usd)
         e["latency_s"] = round(e["latency_s"] + result.latency_s, 6)
         e["calls"] += 1
         self.failed_calls += result.status != "ok"
@@ -135,9 +139,21 @@ class Collector:
         es = self.judges.values()
         return {"tokens": {"input": sum(e["tokens"]["input"] for e in es),
                            "output": sum(e["tokens"]["output"] for e in es)},
-                "cost_usd": round(sum(e["cost_usd"] for e in es), 8),
+                "cost_usd": _total(e["cost_usd"] for e in es),
                 "latency_s": round(sum(e["latency_s"] for e in es), 6),
                 "calls": sum(e["calls"] for e in es), "failed_calls": self.failed_calls}
+
+
+def _added(a: float | None, b: float | None) -> float | None:
+    """A cost plus another; unknown (None) when either is."""
+    return None if a is None or b is None else round(a + b, 8)
+
+
+def _total(costs: Iterable[float | None]) -> float | None:
+    total: float | None = 0.0
+    for cost in costs:
+        total = _added(total, cost)
+    return total
 
 
 def overall(judges: dict[str, dict[str, Any]], label: float | None, tau_task: float,
