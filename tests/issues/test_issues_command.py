@@ -420,3 +420,16 @@ def test_eval_jsonl_with_conversations_gives_what_its_traces_give(tmp_path: Path
     assert from_traces["traces"] == from_jsonl["traces"] == 4
     assert from_jsonl["skipped"] == from_traces["skipped"] == 0
     assert from_jsonl["assignments"] == from_traces["assignments"]
+
+
+def test_a_namer_cap_on_a_model_without_a_price_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``issues`` names and merges issues with the judge model under the same hourly cap;
+    a model litellm has no price for (no judge prices) was costed $0 a call there too, the
+    cap never reached. Refused before any call, as ``eval`` and ``serve`` refuse it."""
+    path = tmp_path / "evals.jsonl"  # evaluations: no judge run over them, only the namer
+    path.write_text("".join(json.dumps(e) + "\n" for e in window(12)))
+    code, _ = _issues(str(path), "--judge", "openai/gpt-9-unreleased", "--judge-api-base",
+                      "http://127.0.0.1:9/v1")
+    err = capsys.readouterr().err
+    assert code == 2 and "litellm has no price for openai/gpt-9-unreleased" in err, err
