@@ -292,3 +292,20 @@ def test_the_extra_call_flagged_is_the_one_no_reference_call_matches() -> None:
     (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
     assert f.kind == "mismatch" and f.attributes["unexpected"] == ["a"]
     assert f.step_indexes == [1] and f.span_ids == [t.steps[1].span_id]
+
+
+def test_a_task_id_given_twice_is_refused_naming_both_lines(tmp_path: Path) -> None:
+    """A task id repeated in a references file silently replaced the earlier reference (the
+    last line won, the first was never compared): now refused, naming both lines."""
+    path = tmp_path / "refs.jsonl"
+    path.write_text(json.dumps({"task_id": "t1", "calls": [{"name": "a"}]}) + "\n"
+                    + json.dumps({"task_id": "t2", "calls": []}) + "\n"
+                    + json.dumps({"task_id": "t1", "calls": [{"name": "b"}]}) + "\n")
+    with pytest.raises(ReferencesError, match=r"refs.jsonl:3: task_id 't1' given again "
+                                              r"\(first at .*refs.jsonl:1\)"):
+        load_references(path)
+    path.write_text(json.dumps([{"task_id": 1, "calls": []}, {"task_id": "1", "calls": []}]))
+    with pytest.raises(ReferencesError, match=r"refs.jsonl\[1\]: task_id '1' given again "
+                                              r"\(first at .*refs.jsonl\[0\]\)"):
+        load_references(path)
+

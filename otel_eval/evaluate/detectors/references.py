@@ -8,6 +8,7 @@ Two formats, told apart by content:
   they are: task id = index in the file; the expected calls are the *write* actions (those
   that change the database, which is what tau-bench's reward checks), compared with
   ``any_order`` and exact arguments against the agent's calls to write tools only.
+A task id given twice is refused, naming both lines (one of the two would never be compared).
 """
 
 from __future__ import annotations
@@ -108,14 +109,26 @@ def _tau_bench(index: int, task: Mapping[str, Any], path: str) -> Reference:
                      tools=TAU_BENCH_WRITE_TOOLS)
 
 
+def _add(refs: dict[str, Reference], first: dict[str, str], ref: Reference,
+         where: str) -> None:
+    """``ref`` under its task id; a task id given twice is refused naming both places (the
+    later one silently replaced the earlier: one of the two was never compared)."""
+    if ref.task_id in first:
+        raise ValueError(f"{where}: task_id {ref.task_id!r} given again "
+                         f"(first at {first[ref.task_id]})")
+    first[ref.task_id] = where
+    refs[ref.task_id] = ref
+
+
 def _from_array(items: list[Any], path: str) -> dict[str, Reference]:
-    refs = {}
+    refs: dict[str, Reference] = {}
+    first: dict[str, str] = {}
     for i, item in enumerate(items):
         if isinstance(item, Mapping) and "actions" in item and "calls" not in item:
             ref = _tau_bench(i, item, path)
         else:
             ref = reference_from_object(item, f"{path}[{i}]")
-        refs[ref.task_id] = ref
+        _add(refs, first, ref, f"{path}[{i}]")
     return refs
 
 
@@ -146,6 +159,7 @@ def _load(path: str | Path) -> ReferenceSet:
             raise ValueError(f"{path}: not valid JSON: {e}") from e
         return ReferenceSet(_from_array(data, str(path)))
     refs: dict[str, Reference] = {}
+    first: dict[str, str] = {}
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -153,6 +167,5 @@ def _load(path: str | Path) -> ReferenceSet:
             obj = json.loads(line)
         except (ValueError, RecursionError) as e:
             raise ValueError(f"{path}:{n}: not valid JSON: {e}") from e
-        ref = reference_from_object(obj, f"{path}:{n}")
-        refs[ref.task_id] = ref
+        _add(refs, first, reference_from_object(obj, f"{path}:{n}"), f"{path}:{n}")
     return ReferenceSet(refs)
