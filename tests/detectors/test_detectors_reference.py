@@ -309,3 +309,14 @@ def test_a_task_id_given_twice_is_refused_naming_both_lines(tmp_path: Path) -> N
                                               r"\(first at .*refs.jsonl\[0\]\)"):
         load_references(path)
 
+
+def test_a_references_file_with_a_utf8_bom_loads(tmp_path: Path) -> None:
+    """Editors on Windows write a UTF-8 BOM; the trace file readers skip it (``files``,
+    ``compressed``: utf-8-sig) but the references file was refused: not valid JSON."""
+    path = tmp_path / "refs.jsonl"
+    line = json.dumps({"task_id": "t1", "calls": [{"name": "a"}]}) + "\n"
+    path.write_bytes(b"\xef\xbb\xbf" + line.encode())
+    assert list(load_references(path)) == ["t1"]
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps([json.loads(line)]).encode())
+    assert list(load_references(path)) == ["t1"]
+

@@ -150,7 +150,7 @@ class ReferencesError(StartupError, ValueError):
 
 
 def _load(path: str | Path) -> ReferenceSet:
-    text = Path(path).read_text(encoding="utf-8")
+    text = Path(path).read_text(encoding="utf-8-sig")  # a UTF-8 BOM skipped, as trace files
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
