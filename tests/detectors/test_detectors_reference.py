@@ -320,3 +320,14 @@ def test_a_references_file_with_a_utf8_bom_loads(tmp_path: Path) -> None:
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps([json.loads(line)]).encode())
     assert list(load_references(path)) == ["t1"]
 
+
+def test_arguments_equal_but_for_unicode_normal_form_are_right() -> None:
+    """"café" composed (NFC, as typed) and decomposed (NFD, as macOS file names and some
+    models write it) is the same text: it counted as wrong arguments, failing the verdict."""
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    for mode in ("exact", "subset", "superset"):
+        r = ref(("find", {"q": nfc, "tags": [nfc]}), match="exact", args=mode)
+        (f,) = reference.detect(traj(tool("find", {"q": nfd, "tags": [nfd]}), task_id="t1"),
+                                DetectorsConfig(), Context(reference=r))
+        assert f.kind == "match", mode
+        assert f.attributes["wrong_arguments"] == []

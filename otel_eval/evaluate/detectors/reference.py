@@ -7,11 +7,12 @@ Match modes (how the call sequences must relate):
     superset   every reference call appears, in any order; extra calls are allowed
                (this is Vertex AI's "any_order" and agentevals' "superset")
 Argument modes (when a call's arguments count as right): ``exact`` (equal after
-canonicalization), ``ignore``, ``subset`` (every argument given is in the reference with
-that value), ``superset`` (every reference argument is given with that value); per-tool
-overrides. Tool-name precision/recall are reported apart from argument accuracy (on the
-calls whose name matched); ``score`` in 0..1 is the share of reference calls satisfied
-(in_order, superset) or the F1 of satisfied calls (exact, any_order, which forbid extras).
+canonicalization; strings compared in Unicode NFC, whitespace collapsed), ``ignore``,
+``subset`` (every argument given is in the reference with that value), ``superset`` (every
+reference argument is given with that value); per-tool overrides. Tool-name precision/recall
+are reported apart from argument accuracy (on the calls whose name matched); ``score`` in
+0..1 is the share of reference calls satisfied (in_order, superset) or the F1 of satisfied
+calls (exact, any_order, which forbid extras).
 
 A call whose arguments are unknown (``Step.arguments`` None: not recorded, or present and not
 understood, ``unparsed``; or the text of an object cut at an attribute length limit,
@@ -23,6 +24,7 @@ reference call of its name, is left out of ``argument_accuracy``, and is listed 
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -60,7 +62,7 @@ class _Arguments:
 
     def _normalized(self, key: tuple[int, int]) -> Any:
         if key not in self._norm:
-            self._norm[key] = normalized(_parsed(self._raw[key[0]][key[1]]))
+            self._norm[key] = normalized(_nfc(_parsed(self._raw[key[0]][key[1]])))
         return self._norm[key]
 
     def _canonical(self, key: tuple[int, int]) -> str:
@@ -78,6 +80,19 @@ class _Arguments:
         if mode == "subset":
             return all(k in exp and exp[k] == v for k, v in act.items())
         return all(k in act and act[k] == v for k, v in exp.items())  # superset
+
+
+def _nfc(value: Any) -> Any:
+    """``value`` with its strings (keys too) in Unicode NFC: "café" composed or decomposed
+    is the same argument. Linear in the value; a string already NFC is kept as it is."""
+    if isinstance(value, str):
+        return value if unicodedata.is_normalized("NFC", value) else \
+            unicodedata.normalize("NFC", value)
+    if isinstance(value, Mapping):
+        return {_nfc(str(k)): _nfc(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_nfc(v) for v in value]
+    return value
 
 
 def _parsed(value: Any) -> Any:
