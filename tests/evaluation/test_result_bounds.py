@@ -230,3 +230,24 @@ def test_a_task_id_longer_than_an_id_is_none_and_the_result_stays_bounded(tmp_pa
     path.write_text(json.dumps({"task_id": "q" * (MAX_TASK_ID_CHARS + 1), "calls": []}) + "\n")
     with pytest.raises(ReferencesError, match=r"refs.jsonl:1: task_id longer than 256"):
         load_references(path)
+
+
+def test_a_long_service_name_is_cut_and_the_result_stays_bounded() -> None:
+    """``service.name`` was read whole from the resource (content of whoever reaches the
+    port), so a 200,000-character one made a stored result of 200 kB under a 64 KiB
+    ``max_result_bytes`` (and was stored again in its own column). It is cut to
+    ``MAX_SERVICE_CHARS``, as the session key and the sessions' queries cut it."""
+    from otel_eval.store.sessions import MAX_SERVICE_CHARS
+
+    tid = "ab" * 16
+    config = dataclasses.replace(Config(), trajectory=dataclasses.replace(
+        Config().trajectory, max_result_bytes=64 * 1024))
+    for service, expected in (("s" * MAX_SERVICE_CHARS, "s" * MAX_SERVICE_CHARS),
+                              ("q" * 200_000, "q" * MAX_SERVICE_CHARS)):
+        root = Span(tid, "1" * 16, None, "invoke_agent", 1, 100, attributes={
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"},
+            resource={"service.name": service})
+        ev = Evaluator(config).evaluate(Trace(tid, [root], "complete"))
+        assert ev is not None and ev.trajectory.service == expected
+        body = ev.bounded if ev.bounded is not None else ev.to_json()
+        assert len(json_text(body).encode()) <= 64 * 1024

@@ -91,6 +91,7 @@ from otel_eval.evaluate.conventions.values import MAX_OUTPUT_CALLS, as_str, pars
 from otel_eval.evaluate.trajectory.passes import Draft, run_passes
 from otel_eval.evaluate.trajectory.shapes import unrecognised
 from otel_eval.evaluate.trajectory.spans import StepBuilder, dedupe, tree_order
+from otel_eval.store.sessions import MAX_SERVICE_CHARS
 
 __all__ = ["build_trajectory", "is_run", "tree_order"]
 
@@ -376,12 +377,14 @@ def extent(spans: list[Span]) -> tuple[int, int]:
 def _service(root: Span | None, spans: list[Span]) -> str | None:
     """``service.name`` of the root's resource, else of the run's span (``model.run_span``),
     else of the first span that has one (the SDK's default ``unknown_service[:exe]`` is none:
-    ``base.service_name``)."""
+    ``base.service_name``), cut to ``MAX_SERVICE_CHARS`` as the session key cuts it (it is
+    content: whole, a long one made a stored result past ``max_result_bytes``)."""
     first = root if root is not None else run_span(spans)
     for span in ([first] if first else []) + spans:
         name = service_name(span.resource)
         if name is not None:
-            return as_str(name)
+            text = as_str(name)
+            return text[:MAX_SERVICE_CHARS] if text is not None else None
     return None
 
 
