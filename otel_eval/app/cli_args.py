@@ -99,7 +99,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    default=[], help=f"budget override, repeatable; NAME in "
                    f"{', '.join(BUDGET_NAMES + SESSION_BUDGET_NAMES)}")
     p.add_argument("--references", metavar="FILE",
-                   help="reference trajectories (JSON lines, or tau-bench task files)")
+                   help="references: expected calls and/or final answers per task id (JSON "
+                   "lines, or tau-bench task files)")
     p.add_argument("--judge", metavar="MODEL", help="litellm model string of the LLM judge")
     p.add_argument("--judge-api-base", metavar="URL", help="API base URL for the judge")
 

@@ -214,3 +214,15 @@ def test_a_sub_agent_s_steps_name_their_agent() -> None:
     assert ["agent weather_agent" in h for h in heads] == [False, True, True, False]
     one = step_page(tree(run), 1, None)
     assert one is not None and "agent weather_agent" in one
+
+
+def test_the_reference_line_shows_the_answer_s_match() -> None:
+    """A reference with an expected answer only has no calls' match: the line said "not
+    matched (None, score None)"; it shows the answer's, and both when both were compared."""
+    def line(ref: dict[str, Any]) -> list[str]:
+        run = _run(1, verdict={"passed": False, "reasons": ["r"], "reference": ref})
+        return re.findall(r'<p class="match">(.*?)</p>', run_page(tree(run), None))
+
+    assert line({"answer": "mismatch"}) == ["reference: answer mismatch"]
+    assert line({"match": "in_order", "matched": True, "score": 1.0, "answer": "unknown"}) == [
+        "reference: matched (in_order, score 1.0); answer unknown"]

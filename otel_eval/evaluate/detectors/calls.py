@@ -51,6 +51,13 @@ class Reference:
     arguments_match_by_tool: Mapping[str, str] = field(default_factory=dict)
     # Compare only calls to these tools (None: all calls). tau-bench: its write tools.
     tools: frozenset[str] | None = None
+    # The expected final answer (text or a number; None: the answer is not compared), how
+    # it is compared (None: the configured default) and the numeric mode's tolerance.
+    expected_output: str | int | float | None = None
+    output_match: str | None = None
+    output_tolerance: float | None = None
+    # False when the reference gave no calls (an answer only): the calls are not compared.
+    compare_calls: bool = True
 
 
 @dataclass(slots=True)

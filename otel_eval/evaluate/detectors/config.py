@@ -18,6 +18,7 @@ from otel_eval.evaluate.sessions.config import SESSION_BUDGETS
 Severity = Literal["info", "warning", "error"]
 MatchMode = Literal["exact", "in_order", "any_order", "superset"]
 ArgumentsMode = Literal["exact", "ignore", "subset", "superset"]
+OutputMode = Literal["exact", "contains", "numeric"]
 
 DETECTOR_NAMES: tuple[str, ...] = (
     "loop", "non_termination", "budget", "tool_call", "reference", "recovery", "lucky_pass",
@@ -282,8 +283,20 @@ class ReferenceConfig:
     match: MatchMode = "in_order"
     # Argument mode for references that do not say: exact | ignore | subset | superset.
     arguments_match: ArgumentsMode = "exact"
-    # Severity of a reference mismatch.
+    # Severity of a reference mismatch (of the calls, or of the answer).
     severity: Severity = "error"
+    # Answer mode for references with an `expected_output` that do not say: exact (equal
+    # after Unicode NFC, case and whitespace folding) | contains (the expected text, so
+    # folded, is in the answer) | numeric (the answer's last number within the reference's
+    # `output_tolerance`, default 0, of the expected number).
+    output_match: OutputMode = "exact"
+    # Characters at which the instrumentation cuts attribute values (the SDK's
+    # OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT); an answer this long is known only in part: its
+    # match is unknown (`reference/answer_unknown`), never a mismatch. 0: no limit known.
+    answer_length_limit: int = 0
+
+    def __post_init__(self) -> None:
+        validate(self, minimum={"answer_length_limit": 0})
 
 
 @dataclass(frozen=True)

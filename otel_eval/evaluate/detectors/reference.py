@@ -40,6 +40,7 @@ from otel_eval.evaluate.detectors.calls import (
 )
 from otel_eval.evaluate.detectors.canonical import canonical_of_normalized, normalized
 from otel_eval.evaluate.detectors.config import DetectorsConfig
+from otel_eval.evaluate.detectors.reference_answer import detect_answer
 
 Pair = Callable[[int, int], bool]
 
@@ -247,6 +248,12 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
     ref = context.reference
     if ref is None:
         return []
+    calls = _detect_calls(trajectory, config, ref) if ref.compare_calls else []
+    return calls + detect_answer(trajectory, ref, config.reference, context.findings)
+
+
+def _detect_calls(trajectory: Trajectory, config: DetectorsConfig,
+                  ref: Reference) -> list[Finding]:
     cfg = config.reference
     actual = [s for s in top_level_tool_steps(trajectory)
               if ref.tools is None or (s.tool_name or s.name) in ref.tools]
@@ -266,11 +273,22 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
 
 
 def reference_summary(findings: Sequence[Finding]) -> dict[str, Any] | None:
-    """The ``verdict.reference`` object from the reference finding, if any."""
+    """The ``verdict.reference`` object from the reference findings, if any: the calls'
+    summary (``SUMMARY_KEYS``) when they were compared, and ``answer`` (match | mismatch |
+    unknown) when the reference has an expected answer."""
+    summary: dict[str, Any] | None = None
     for f in findings:
-        if f.detector == "reference":
-            return {k: f.attributes[k] for k in SUMMARY_KEYS}
-    return None
+        if f.detector != "reference":
+            continue
+        summary = summary if summary is not None else {}
+        if f.kind.startswith(_ANSWER):
+            summary["answer"] = f.kind[len(_ANSWER):]
+        else:
+            summary.update({k: f.attributes[k] for k in SUMMARY_KEYS})
+    return summary
+
+
+_ANSWER = "answer_"
 
 
 __all__ = ["RefCall", "Reference", "arguments_ok", "compare", "detect", "reference_summary"]

@@ -3,7 +3,11 @@
 Two formats, told apart by content:
 - JSON lines, one object per task: ``task_id``, ``calls`` [{``name``, ``arguments``}],
   optional ``match``, ``arguments_match``, ``arguments_match_by_tool`` {tool: mode} and
-  ``tools`` (compare only calls to these tools). A JSON array of such objects also loads.
+  ``tools`` (compare only calls to these tools); and optional ``expected_output`` (the final
+  answer expected: a text or a number), ``output_match`` (exact | contains | numeric:
+  ``reference_answer``) and ``output_tolerance`` (numeric, absolute, at least 0). A
+  reference with ``expected_output`` may leave out ``calls``: its calls are not compared.
+  A JSON array of such objects also loads.
 - tau-bench task files (a JSON array of tasks with ``actions`` [{``name``, ``kwargs``}]), as
   they are: task id = index in the file; the expected calls are the *write* actions (those
   that change the database, which is what tau-bench's reward checks), compared with
@@ -21,7 +25,8 @@ from typing import Any, get_args
 from otel_eval.base.configcheck import StartupError
 from otel_eval.evaluate.config import MAX_TASK_ID_CHARS
 from otel_eval.evaluate.detectors.calls import RefCall, Reference
-from otel_eval.evaluate.detectors.config import ArgumentsMode, MatchMode
+from otel_eval.evaluate.detectors.config import ArgumentsMode, MatchMode, OutputMode
+from otel_eval.evaluate.detectors.reference_answer import expected_number
 
 # tau-bench (airline + retail) tools that change the database. Reads (get_*, search_*,
 # find_*, list_*), `calculate`, `think` and `transfer_to_human_agents` do not.
@@ -35,6 +40,7 @@ TAU_BENCH_WRITE_TOOLS = frozenset({
 
 _MATCH = frozenset(get_args(MatchMode))
 _ARGS = frozenset(get_args(ArgumentsMode))
+_OUTPUT = frozenset(get_args(OutputMode))
 
 
 class ReferenceSet(Mapping[str, Reference]):
@@ -68,11 +74,14 @@ def reference_from_object(obj: Any, where: str) -> Reference:
     """One reference from a JSON-lines object; ValueError naming ``where`` if malformed."""
     if not isinstance(obj, Mapping) or "task_id" not in obj:
         raise ValueError(f"{where}: expected an object with task_id and calls")
+    answer = _answer(obj, where)
     raw_calls = obj.get("calls")
-    if not isinstance(raw_calls, list):
+    if raw_calls is None and answer["expected_output"] is not None:
+        raw_calls = None  # an answer only: the calls are not compared
+    elif not isinstance(raw_calls, list):
         raise ValueError(f"{where}: calls must be a list of {{name, arguments}}")
     calls = []
-    for i, c in enumerate(raw_calls):
+    for i, c in enumerate(raw_calls or ()):
         if not isinstance(c, Mapping) or not isinstance(c.get("name"), str):
             raise ValueError(f"{where}: calls[{i}] needs a string name")
         calls.append(RefCall(c["name"], c.get("arguments")))
@@ -95,7 +104,26 @@ def reference_from_object(obj: Any, where: str) -> Reference:
             str(k): mode for k, v in by_tool.items()
             if (mode := _mode(v, _ARGS, f"arguments_match_by_tool.{k}", where)) is not None},
         tools=frozenset(tools) if tools is not None else None,
+        compare_calls=raw_calls is not None, **answer,
     )
+
+
+def _answer(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The expected answer's fields of a reference, checked."""
+    expected = obj.get("expected_output")
+    if expected is not None and (isinstance(expected, bool) or not isinstance(
+            expected, str | int | float)):
+        raise ValueError(f"{where}: expected_output must be a string or a number")
+    mode = _mode(obj.get("output_match"), _OUTPUT, "output_match", where)
+    tolerance = obj.get("output_tolerance")
+    if tolerance is not None and (isinstance(tolerance, bool) or not isinstance(
+            tolerance, int | float) or not 0 <= tolerance < float("inf")):
+        raise ValueError(f"{where}: output_tolerance must be a number at least 0")
+    if mode == "numeric" and expected is not None and expected_number(expected) is None:
+        raise ValueError(f"{where}: expected_output {str(expected)[:80]!r} is no number "
+                         "(output_match numeric)")
+    return {"expected_output": expected, "output_match": mode,
+            "output_tolerance": float(tolerance) if tolerance is not None else None}
 
 
 def _tau_bench(index: int, task: Mapping[str, Any], path: str) -> Reference:

@@ -212,8 +212,7 @@ def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str,
                for a in [f.get("attributes") or {}]][:LISTED]
     reasons = verdict.get("reasons") or []
     ref = _dict(verdict.get("reference"))
-    match = (f"reference: {'matched' if ref.get('matched') else 'not matched'} "
-             f"({short(ref.get('match'), 40)}, score {ref.get('score')})") if ref else None
+    match = _reference_line(ref)
     link = h("a", "open in the trace backend", href=trace_url.replace("{trace_id}",
                                                                     t["trace_id"]),
              rel="noreferrer") if trace_url else None
@@ -326,3 +325,15 @@ def step_page(t: dict[str, Any], index: int, redact: Redact) -> Html | None:
     back = h("p", h("a", "← the whole run", href=step_url(t["trace_id"], index)))
     shown = {**found, "depth_shown": 0, "agent_shown": _other_agent(t, found)}
     return Html(back + step_block(t["trace_id"], shown, Budget(), redact, links, whole=True))
+
+
+def _reference_line(ref: dict[str, Any]) -> str | None:
+    """``verdict.reference`` in a line: the calls' match (when compared), the answer's."""
+    parts = []
+    if "matched" in ref:
+        parts.append(f"{'matched' if ref.get('matched') else 'not matched'} "
+                     f"({short(ref.get('match'), 40)}, score {ref.get('score')})")
+    if ref.get("answer") is not None:
+        parts.append(f"answer {short(ref.get('answer'), 40)}")
+    return "reference: " + "; ".join(parts) if parts else None
+

@@ -1,0 +1,161 @@
+"""A reference's expected final answer (``expected_output``) against the run's answer."""
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from detector_factory import llm, tool, traj
+
+from otel_eval.base.results import NOTE_KINDS
+from otel_eval.evaluate.detectors import Detectors, load_references, reference
+from otel_eval.evaluate.detectors.calls import Context, RefCall, Reference
+from otel_eval.evaluate.detectors.config import DetectorsConfig, ReferenceConfig
+from otel_eval.evaluate.detectors.references import ReferencesError
+
+
+def answer_ref(expected: Any, mode: str | None = None, tolerance: float | None = None,
+               calls: tuple[RefCall, ...] | None = None) -> Reference:
+    return Reference("t1", calls or (), expected_output=expected, output_match=mode,
+                     output_tolerance=tolerance, compare_calls=calls is not None)
+
+
+def kinds_of(answer: str | None, r: Reference, config: DetectorsConfig | None = None
+             ) -> list[str]:
+    t = traj(llm("x"), output=answer, task_id="t1")
+    t.answer = answer
+    return [f.kind for f in reference.detect(t, config or DetectorsConfig(),
+                                             Context(reference=r))]
+
+
+CASES: list[tuple[str, Any, str | None, float | None, str | None, str]] = [
+    ("exact: case and whitespace folded", "Paris", None, None, "  paris\n", "answer_match"),
+    ("exact: Unicode NFC", "Café", "exact", None, "cafe\u0301", "answer_match"),
+    ("exact: more is a mismatch", "Paris", "exact", None, "Paris, France", "answer_mismatch"),
+    ("exact: inner whitespace", "New  York", "exact", None, "new york", "answer_match"),
+    ("contains", "Paris", "contains", None, "The capital is PARIS.", "answer_match"),
+    ("contains: absent", "Paris", "contains", None, "Lyon", "answer_mismatch"),
+    ("numeric: last number", 42, "numeric", None, "6 x 7 gives 42.0", "answer_match"),
+    ("numeric: thousands", "1234", "numeric", None, "It is 1,234.", "answer_match"),
+    ("numeric: within tolerance", 3.14, "numeric", 0.01, "about 3.1416", "answer_match"),
+    ("numeric: outside tolerance", 3.14, "numeric", 0.001, "about 3.1416", "answer_mismatch"),
+    ("numeric: no number", 42, "numeric", None, "I do not know", "answer_mismatch"),
+    ("missing answer", "Paris", None, None, None, "answer_unknown"),
+    ("an answer cut as JSON", "Paris", None, None, '{"city": "Par', "answer_unknown"),
+]
+
+
+@pytest.mark.parametrize(("expected", "mode", "tolerance", "answer", "kind"),
+                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_answer_cases(expected: Any, mode: str | None, tolerance: float | None,
+                      answer: str | None, kind: str) -> None:
+    assert kinds_of(answer, answer_ref(expected, mode, tolerance)) == [kind]
+
+
+def test_an_answer_at_the_length_limit_is_unknown_not_a_mismatch() -> None:
+    """An SDK cuts attribute values at ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``: an answer of
+    that length is known only in part (the expected one may be past the cut)."""
+    config = dataclasses.replace(DetectorsConfig(),
+                                 reference=ReferenceConfig(answer_length_limit=10))
+    r = answer_ref("the answer: Paris", "contains")
+    assert kinds_of("x" * 10, r, config) == ["answer_unknown"]
+    assert kinds_of("x" * 9, r, config) == ["answer_mismatch"]
+    assert kinds_of("x" * 10, r) == ["answer_mismatch"]  # no limit set: the whole answer
+
+
+def test_the_verdict_fails_on_a_wrong_answer_and_notes_the_others() -> None:
+    config = DetectorsConfig(enabled=("reference",))
+    detectors = Detectors(config)
+    for answer, passed, summary in (("Lyon", False, "mismatch"), ("Paris", True, "match"),
+                                    (None, True, "unknown")):
+        t = traj(llm("x"), output=answer, task_id="t1")
+        t.answer = answer
+        detectors.references = {"t1": answer_ref("Paris")}  # type: ignore[assignment]
+        findings, verdict = detectors.evaluate(t)
+        assert verdict.passed is passed
+        assert verdict.extra["reference"] == {"answer": summary}
+        (f,) = findings
+        assert f.detector == "reference" and f.attributes["expected_output"] == "Paris"
+        assert (f.severity == "info") is passed
+        assert passed is ((f.detector, f.kind) in NOTE_KINDS)
+
+
+def test_calls_and_answer_both_compared() -> None:
+    r = answer_ref("done", calls=(RefCall("a", {"x": 1}),))
+    t = traj(tool("a", {"x": 1}), output=" DONE ", task_id="t1")
+    t.answer = " DONE "
+    findings = reference.detect(t, DetectorsConfig(), Context(reference=r))
+    assert [f.kind for f in findings] == ["match", "answer_match"]
+    summary = reference.reference_summary(findings)
+    assert summary is not None and summary["matched"] and summary["answer"] == "match"
+
+
+def test_load_expected_output(tmp_path: Path) -> None:
+    path = tmp_path / "refs.jsonl"
+    path.write_text(
+        json.dumps({"task_id": "q1", "expected_output": "Paris"}) + "\n"
+        + json.dumps({"task_id": "q2", "expected_output": 42, "output_match": "numeric",
+                      "output_tolerance": 0.5, "calls": [{"name": "calc"}]}) + "\n")
+    refs = load_references(path)
+    assert refs["q1"] == Reference("q1", (), expected_output="Paris", compare_calls=False)
+    assert refs["q2"].expected_output == 42 and refs["q2"].output_match == "numeric"
+    assert refs["q2"].output_tolerance == 0.5 and refs["q2"].compare_calls
+    assert refs["q2"].calls == (RefCall("calc"),)
+
+
+@pytest.mark.parametrize(("obj", "message"), [
+    ({"task_id": 1}, "calls must be a list"),
+    ({"task_id": 1, "expected_output": "a", "output_match": "fuzzy"},
+     "output_match 'fuzzy' is not one of contains, exact, numeric"),
+    ({"task_id": 1, "expected_output": "a", "output_tolerance": -1},
+     "output_tolerance must be a number at least 0"),
+    ({"task_id": 1, "expected_output": {"a": 1}}, "expected_output must be a string or a number"),
+    ({"task_id": 1, "expected_output": "x", "output_match": "numeric"},
+     "expected_output 'x' is no number"),
+])
+def test_load_expected_output_errors(tmp_path: Path, obj: dict[str, Any], message: str) -> None:
+    path = tmp_path / "refs.jsonl"
+    path.write_text(json.dumps(obj) + "\n")
+    with pytest.raises(ReferencesError, match=message):
+        load_references(path)
+
+
+def test_a_run_s_answer_is_compared_end_to_end(tmp_path: Path) -> None:
+    """From a references file to the stored verdict: the run's answer (the agent span's
+    output) against ``expected_output``, calls not compared when the reference gives none."""
+    from otel_eval.app.config import Config
+    from otel_eval.base.model import Span, Trace
+    from otel_eval.evaluate.evaluator import Evaluator
+
+    path = tmp_path / "refs.jsonl"
+    path.write_text(json.dumps({"task_id": "q1", "expected_output": "Paris"}) + "\n")
+    evaluator = Evaluator(Config(), references_path=str(path))
+    tid = "ab" * 16
+    for output, passed in (("paris", True), ("Lyon", False)):
+        span = Span(tid, "1" * 16, None, "agent", 1, 100, attributes={
+            "openinference.span.kind": "AGENT", "otel_eval.task.id": "q1",
+            "input.value": "capital of France?", "output.value": output})
+        ev = evaluator.evaluate(Trace(tid, [span], "complete"))
+        assert ev is not None
+        assert [f.kind for f in ev.findings if f.detector == "reference"] == [
+            "answer_match" if passed else "answer_mismatch"]
+        verdict = ev.to_json()["verdict"]
+        assert verdict["passed"] is passed
+        assert verdict["reference"] == {"answer": "match" if passed else "mismatch"}
+
+
+def test_the_last_reply_of_a_run_that_did_not_end_is_no_final_answer() -> None:
+    """A run that did not end (a ``non_termination`` finding of ``NOT_ENDED_KINDS``: cut off,
+    halted at its step limit) gave no final answer: its last reply compared as one made an
+    ``answer_mismatch`` (an error) of a stop. The answer is unknown."""
+    from otel_eval.base.results import Finding
+
+    t = traj(llm("x"), output="Let me check Lyon first", task_id="t1")
+    t.answer = "Let me check Lyon first"
+    for kind, expected in (("incomplete", "answer_unknown"), ("halted", "answer_unknown"),
+                           ("root_error", "answer_mismatch")):
+        ended = Finding("non_termination", kind, "error", "m")
+        findings = reference.detect(t, DetectorsConfig(),
+                                    Context(reference=answer_ref("Paris"), findings=(ended,)))
+        assert [f.kind for f in findings] == [expected], kind
