@@ -331,3 +331,15 @@ def test_arguments_equal_but_for_unicode_normal_form_are_right() -> None:
                                 DetectorsConfig(), Context(reference=r))
         assert f.kind == "match", mode
         assert f.attributes["wrong_arguments"] == []
+
+
+@pytest.mark.parametrize("task_id", [None, "", True, [1], {"a": 1}])
+def test_a_task_id_that_is_no_id_is_refused(tmp_path: Path, task_id: Any) -> None:
+    """A task id of null, true, a list or an object was kept as its Python text ("None",
+    "True", "[1]"): the reference silently awaited a run of task id "None" (a golden set
+    exported with a missing id), never the one meant. A task id is a string or a number."""
+    path = tmp_path / "refs.jsonl"
+    path.write_text(json.dumps({"task_id": task_id, "calls": []}) + "\n")
+    with pytest.raises(ReferencesError, match=r"refs.jsonl:1: task_id must be a non-empty "
+                                              r"string or a number"):
+        load_references(path)

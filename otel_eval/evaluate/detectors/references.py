@@ -92,7 +92,11 @@ def reference_from_object(obj: Any, where: str) -> Reference:
     if tools is not None and not (isinstance(tools, list) and all(
             isinstance(t, str) for t in tools)):
         raise ValueError(f"{where}: tools must be a list of tool names")
-    task_id = str(obj["task_id"])
+    raw_id = obj["task_id"]
+    if isinstance(raw_id, bool) or not isinstance(raw_id, str | int | float) or raw_id == "":
+        # null, true, a list: its Python text ("None") is no id a run carries
+        raise ValueError(f"{where}: task_id must be a non-empty string or a number")
+    task_id = str(raw_id)
     if len(task_id) > MAX_TASK_ID_CHARS:
         raise ValueError(f"{where}: task_id longer than {MAX_TASK_ID_CHARS} characters "
                          "(a run's longer task id is none: no run can find it)")
