@@ -54,7 +54,8 @@ class AdminAuth:
 
     def __init__(self, read_tokens: Mapping[str, str], write_tokens: Mapping[str, str],
                  public_paths: Iterable[str]) -> None:
-        self.readers = BearerAuth({**read_tokens, **write_tokens})
+        # pairs, not one dict: a read and a write token of one name are both readers
+        self.readers = BearerAuth([*read_tokens.items(), *write_tokens.items()])
         self.writers = BearerAuth(write_tokens)
         self.public = frozenset(p.rstrip("/") or "/" for p in public_paths)
 

@@ -22,7 +22,7 @@ import logging
 import re
 import ssl
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,11 +64,14 @@ class AuthError(Exception):
 
 
 class BearerAuth:
-    """Constant-time bearer token check; empty ``tokens`` means authentication is off."""
+    """Constant-time bearer token check; empty ``tokens`` means authentication is off.
+    ``tokens``: name -> token, or (name, token) pairs (one name may hold several tokens: the
+    admin's readers are its read and its write tokens, a team's two under one name)."""
 
-    def __init__(self, tokens: Mapping[str, str]) -> None:
-        self._tokens = [(name, token.encode()) for name, token in tokens.items() if token]
-        if len(self._tokens) != len(tokens):
+    def __init__(self, tokens: Mapping[str, str] | Iterable[tuple[str, str]]) -> None:
+        pairs = list(tokens.items() if isinstance(tokens, Mapping) else tokens)
+        self._tokens = [(name, token.encode()) for name, token in pairs if token]
+        if len(self._tokens) != len(pairs):
             raise ValueError("an empty bearer token was configured (unset variable?)")
 
     @property

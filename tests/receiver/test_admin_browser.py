@@ -185,3 +185,24 @@ def test_an_origin_that_is_no_url_is_refused_not_a_500(open_admin: tuple[AdminSe
     ("127.0.0.1", "127.0.0.1"), ("Example.COM:", "example.com"), ("a:b", "a:b")])
 def test_host_name(value: str, name: str) -> None:
     assert host_name(value) == name
+
+
+def test_a_reader_and_a_writer_of_one_name_both_hold_their_tokens() -> None:
+    """A token's name is its sender's identity, so one team may hold a read token and a write
+    token under the same name. The readers were ``{**read_tokens, **write_tokens}``: the write
+    token took the read token's place and the read token was a 401 on every read."""
+    api = Api()
+    read, write = "r" * 32, "w" * 32
+    server = _server(api, AdminConfig(endpoint="127.0.0.1:0", read_tokens={"ci": read},
+                                      write_tokens={"ci": write}))
+    try:
+        path = f"/v1/evaluations/{TRACE}"
+        assert _send(server.port, "GET", path, Authorization=f"Bearer {read}")[0] == 200
+        assert _send(server.port, "GET", path, Authorization=f"Bearer {write}")[0] == 200
+        assert _send(server.port, "POST", "/v1/feedback", FEEDBACK,
+                     Authorization=f"Bearer {read}", Content_Type="application/json")[0] == 403
+        assert _send(server.port, "POST", "/v1/feedback", FEEDBACK,
+                     Authorization=f"Bearer {write}", Content_Type="application/json")[0] == 200
+        assert api.outcomes == [(TRACE, "failure")]
+    finally:
+        server.stop()
