@@ -561,3 +561,61 @@ def test_rows_a_previous_process_left_count_in_their_services_share(tmp_path: Pa
     assert b.send(big(f"{9:032x}")) == "service_share"  # as before the restart
     assert b.send(_of("quiet", [span(T1, 1, None)])) is None
     b.crash()
+
+
+class _FailingMarks:
+    """A connection whose UPDATEs of pair marks fail (a full disk), all else passed on."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+    def cursor(self) -> Any:
+        return _FailingCursor(self._db.cursor())
+
+
+class _FailingCursor:
+    def __init__(self, cur: sqlite3.Cursor) -> None:
+        self._cur = cur
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+    def executemany(self, sql: str, rows: Any) -> Any:
+        if sql.startswith("UPDATE"):
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._cur.executemany(sql, rows)
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql.startswith("UPDATE"):
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._cur.execute(sql, *args)
+
+
+def test_an_acknowledged_request_of_a_cut_run_is_never_without_its_mark(
+        tmp_path: Path) -> None:
+    """The cut mark was written after the request's row was committed: a failed write (a
+    full disk) was counted and logged, and the request acknowledged without it, so a crash
+    replayed the run unmarked and judged it complete. Acknowledged means durable: the mark
+    is written with the request (or the request is refused)."""
+    share = {"max_open_traces": 10, "max_service_share": 0.5}
+    a = Node(tmp_path, **share)
+    noisy = [f"{i + 1:032x}" for i in range(5)]
+    assert a.send(_of("noisy", [span(t, 1, None) for t in noisy])) is None
+    batch = _of("noisy", [span(T3, 9)]) + _of("quiet", [span(T2, 1, None)])
+    assert a.engine.submit(batch, request=body(batch)).rejected["service_share"] == 1
+    a.spool._db = _FailingMarks(a.spool._db)  # type: ignore[assignment]
+    throttled = a.send(_of("quiet", [span(T3, 1, None)]))  # T3's root opens the run, cut
+    a.spool._db = a.spool._db._db  # type: ignore[attr-defined]
+    a.crash()
+
+    b = Node(tmp_path, **share)
+    if throttled is None:  # acknowledged: replayed as it was, cut
+        assert b.release() == 7
+        stored = {e["trace_id"]: e for e in b.store.latest(1000)}
+        assert stored[T3]["status"] == "truncated"
+    else:
+        assert throttled == "spool_error"
+    b.crash()

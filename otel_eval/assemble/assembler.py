@@ -249,6 +249,31 @@ class TraceAssembler:
                 out[tid] = list(old.spans.values()), list(old.logs), stored
         return out
 
+    def marks(self, items: Iterable[Span | HeldRecord], sender: str
+              ) -> tuple[set[str], set[str]]:
+        """The traces of ``items`` (by ``sender``) that ``add`` / ``add_logs`` would hold
+        ``cut`` (open so, or opened for a trace whose spans were refused for a share), and
+        those whose spans it would take only to pass on as another sender's (``foreign``),
+        so the spool marks their pairs with the request, before it is acknowledged."""
+        cut: set[str] = set()
+        foreign: set[str] = set()
+        for item in items:
+            tid = item.trace_id
+            tr = self._open.get(tid)
+            if tr.cut if tr is not None else tid in self._cut:
+                cut.add(tid)
+            if not isinstance(item, Span):
+                continue
+            if tr is not None:
+                sends = tr.sender if tr.passing else sender
+            else:
+                old = self._reopenable.get(tid)
+                sends = old.sender if (old is not None and old.sender and self.pass_through
+                                       ) else sender
+            if sends != sender:
+                foreign.add(tid)
+        return cut, foreign
+
     def open_logs_of(self, trace_id: str) -> list[HeldRecord]:
         """The log records an open trace holds (a live list; empty when it is not open)."""
         tr = self._open.get(trace_id)

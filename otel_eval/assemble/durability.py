@@ -78,14 +78,16 @@ class Durability:
         """The request's spool row, or None when it could not be written (then it is
         refused). The released runs its ``items`` (by ``sender``) re-open are written with
         it, or it is refused: acknowledged, a request's late spans survive a crash in
-        their run (alone, a replay refuses them as ``late``)."""
+        their run (alone, a replay refuses them as ``late``). So are its pairs' marks
+        (``TraceAssembler.marks``: cut, another sender's)."""
         assert self.spool is not None
         runs = self._assembler.reopens(items, sender)
+        cut, foreign = self._assembler.marks(items, sender)
         try:
             return self.spool.append(raw, trace_ids, signal,
                                      runs={tid: run[:2] for tid, run in runs.items()},
                                      runs_stored={tid for tid, run in runs.items() if run[2]},
-                                     items=items)
+                                     items=items, cut=cut, foreign=foreign)
         except (sqlite3.Error, OSError):
             log.exception("spool write failed; refusing the request (the exporter retries)")
             self._metrics.spool.failed("append")

@@ -142,6 +142,9 @@ class Spool:
         # runs written with a request (``append``'s ``runs``), until its ``settle``: request
         # -> trace -> (their rows, span ids, log records)
         self._runs: dict[int, dict[str, tuple[list[int], frozenset[str], int]]] = {}
+        # the marks ``append`` wrote with a request, until its ``settle``: request -> (cut,
+        # foreign) trace ids
+        self._marked: dict[int, tuple[Collection[str], Collection[str]]] = {}
         self.bytes = 0
         self.load = RowLoad()  # the bytes per service (its share: ``max_service_share``)
         self._opened = False
@@ -247,7 +250,8 @@ class Spool:
     def append(self, body: bytes, trace_ids: Collection[str], signal: str = "traces",
                carried: Collection[str] = (), runs: Held | None = None,
                runs_stored: Collection[str] = (),
-               items: Collection[Span | HeldRecord] = ()) -> int:
+               items: Collection[Span | HeldRecord] = (), cut: Collection[str] = (),
+               foreign: Collection[str] = ()) -> int:
         """Write a request (``signal``: traces | logs) and the traces it feeds, in one
         transaction; returns its row id. ``carried``: the traces whose pairs hold what a
         stored revision of them held (a re-open's re-spooled spans). ``runs``: the released
@@ -255,8 +259,9 @@ class Spool:
         same transaction (a row per signal; ``carried`` for ``runs_stored``), so the request
         is never acknowledged without them (a crash would replay its spans alone, refused
         ``late``); ``settle`` keeps them for the traces that re-opened so. ``items``: what the
-        request holds, its row charged to their services (``RowLoad``). Raises
-        ``sqlite3.Error`` / ``OSError`` when it could not be written (then none is)."""
+        request holds, its row charged to their services (``RowLoad``). ``cut`` and
+        ``foreign``: its pairs marked so (``settle``), with the request, never after it.
+        Raises ``sqlite3.Error`` / ``OSError`` when it could not be written (then none is)."""
         assert signal in SIGNALS, signal
         rows = [(body, list(trace_ids), signal, carried)]
         held = [items]
@@ -267,7 +272,14 @@ class Spool:
         with self._lock, transaction(self._db) as cur:
             for raw, tids, sig, marked in rows:
                 written.append(self._insert(cur, raw, tids, sig, marked))
+            if written and (cut or foreign):
+                cur.executemany(
+                    "UPDATE spool_traces SET cut = ?, foreign_sender = ? "
+                    "WHERE request_id = ? AND trace_id = ?",
+                    [(int(t in cut), int(t in foreign), written[0], t)
+                     for t in {*cut, *foreign}])
         with self._lock:
+            self._marked[written[0]] = cut, foreign
             for rid, (raw, tids, _, _), its in zip(written, rows, held, strict=True):
                 self._requests[rid] = _Request(len(raw), len(tids))
                 self.bytes += len(raw)
@@ -325,12 +337,16 @@ class Spool:
         run's own sender may have joined them since). ``runs_kept``: the traces re-opened
         with what ``append`` wrote of them (their rows join the new revision; the others'
         leave). ``cut``: the traces whose runs miss spans refused for a service's share
-        (``TraceAssembler.cut``): their pairs are marked so, and a replay cuts them again."""
+        (``TraceAssembler.cut``): their pairs are marked so, and a replay cuts them again.
+        Both marks are written by ``append``, with the request, as foreseen
+        (``TraceAssembler.marks``); one that came out otherwise is set here."""
         reopened = [tid for tid in accepted if tid in held]
-        marked = [(rid, tid) for tid in foreign if tid in accepted]
-        missing = [(rid, tid) for tid in cut if tid in accepted]
         unused: list[tuple[int, str]] = []
         with self._lock:
+            was_cut, was_foreign = self._marked.pop(rid, ((), ()))
+            # marks ``append`` did not foresee as they came out: set now (a failure counted)
+            marks = [(int(tid in cut), int(tid in foreign), rid, tid) for tid in accepted
+                     if (tid in cut, tid in foreign) != (tid in was_cut, tid in was_foreign)]
             for tid, rev in accepted.items():
                 self._traces.setdefault(tid, []).append((rid, rev))
             for tid, (rows, _, _) in self._runs.pop(rid, {}).items():
@@ -342,14 +358,10 @@ class Spool:
         try:
             if dropped:
                 self._delete(dropped)
-            if marked:
+            if marks:
                 with self._lock, transaction(self._db) as cur:
-                    cur.executemany("UPDATE spool_traces SET foreign_sender = 1 "
-                                    "WHERE request_id = ? AND trace_id = ?", marked)
-            if missing:
-                with self._lock, transaction(self._db) as cur:
-                    cur.executemany("UPDATE spool_traces SET cut = 1 "
-                                    "WHERE request_id = ? AND trace_id = ?", missing)
+                    cur.executemany("UPDATE spool_traces SET cut = ?, foreign_sender = ? "
+                                    "WHERE request_id = ? AND trace_id = ?", marks)
             if reopened:
                 self._respool(reopened, accepted, held, carried)
         except (sqlite3.Error, OSError):  # the request itself is spooled; count and go on
