@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.app.config import Config, replace
 from otel_eval.assemble.engine import Engine
-from otel_eval.assemble.spool import CORRUPT_KEPT, Spool
+from otel_eval.assemble.spool import CORRUPT_KEPT, SCHEMA_VERSION, Spool
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span
 from otel_eval.decode.encode import encode_spans
@@ -530,7 +530,7 @@ def test_a_version_4_spool_is_migrated_its_pairs_not_known_to_be_cut(tmp_path: P
 
     b = Node(tmp_path)
     assert b.replayed == (1, 2, 0)
-    assert b.spool._db.execute("PRAGMA user_version").fetchone()[0] == 5
+    assert b.spool._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert b.release() == 1
     assert [e["status"] for e in b.store.latest(10)] == ["complete"]
     b.crash()
@@ -560,6 +560,28 @@ def test_rows_a_previous_process_left_count_in_their_services_share(tmp_path: Pa
     assert b.spool.held_by("noisy") == held > 0
     assert b.send(big(f"{9:032x}")) == "service_share"  # as before the restart
     assert b.send(_of("quiet", [span(T1, 1, None)])) is None
+    b.crash()
+
+
+def test_a_run_cut_before_it_opened_is_still_cut_after_a_crash(tmp_path: Path) -> None:
+    """A called service's span of run T3 is refused for its share before the run's root
+    came: nothing of T3 is in the spool to carry the mark. A crash before the root arrives
+    must not let the next process open T3 unmarked and judge it complete as if whole."""
+    share = {"max_open_traces": 10, "max_service_share": 0.5}
+    a = Node(tmp_path, **share)
+    noisy = [f"{i + 1:032x}" for i in range(5)]
+    assert a.send(_of("noisy", [span(t, 1, None) for t in noisy])) is None
+    batch = _of("noisy", [span(T3, 9)]) + _of("quiet", [span(T2, 1, None)])
+    adm = a.engine.submit(batch, request=body(batch))
+    assert adm.rejected["service_share"] == 1  # T3's callee span, for good
+    a.crash()  # before T3's root came
+
+    b = Node(tmp_path, **share)
+    assert b.send(_of("quiet", [span(T3, 1, None)])) is None  # T3's root opens the run
+    assert b.release() == 7
+    stored = {e["trace_id"]: e for e in b.store.latest(1000)}
+    assert stored[T3]["status"] == "truncated"
+    assert stored[T2]["status"] == "complete"
     b.crash()
 
 
@@ -619,3 +641,17 @@ def test_an_acknowledged_request_of_a_cut_run_is_never_without_its_mark(
     else:
         assert throttled == "spool_error"
     b.crash()
+
+
+def test_the_traces_refused_before_their_runs_opened_are_kept_bounded(tmp_path: Path) -> None:
+    """The spool keeps the newest ``max_refused`` of them (assembly's ``max_tombstones``),
+    as assembly remembers them, not every trace id ever refused."""
+    metrics = Metrics(CollectorRegistry())
+    spool = Spool(str(tmp_path / "s.db-spool"), 1 << 20, metrics.spool, max_refused=2).open()
+    for i in range(1, 4):
+        spans = [span(f"{i:032x}", 1, None)]
+        spool.append(body(spans), [f"{i:032x}"], items=spans, refused=[f"{i + 10:032x}"])
+    spool.close()
+    again = Spool(str(tmp_path / "s.db-spool"), 1 << 20, metrics.spool, max_refused=2).open()
+    assert again.cut == {f"{12:032x}", f"{13:032x}"}
+    again.close()

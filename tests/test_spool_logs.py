@@ -212,7 +212,7 @@ def test_a_spool_from_before_the_change_is_migrated_and_replays(tmp_path: Path) 
 
     b = Node(tmp_path)
     assert b.replayed == (1, 2, 0)
-    assert b.spool._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert b.spool._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     recs = [record(T1, 2, "after the upgrade")]
     # the new column takes log rows
     b.engine.submit(recs, request=logs_body(recs), signal="logs")

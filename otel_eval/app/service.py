@@ -216,7 +216,8 @@ class Service:
         sc = self.config.store
         spool_file = sc.spool_file()
         return Spool(spool_file, sc.spool_max_bytes, self.metrics.spool,
-                     fsync=sc.spool_fsync) if spool_file else None
+                     fsync=sc.spool_fsync,
+                     max_refused=self.config.assembly.max_tombstones) if spool_file else None
 
     def _make_store_health(self) -> StoreHealth:
         sc = self.config.store

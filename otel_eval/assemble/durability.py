@@ -73,13 +73,14 @@ class Durability:
         return bool(held) and held + nbytes > share * self.spool.max_bytes
 
     def append(self, raw: bytes, trace_ids: set[str], signal: str,
-               items: Collection[Span | HeldRecord] = (), sender: str = ""
-               ) -> int | None:  # lock held
+               items: Collection[Span | HeldRecord] = (), sender: str = "",
+               refused: Collection[str] = ()) -> int | None:  # lock held
         """The request's spool row, or None when it could not be written (then it is
         refused). The released runs its ``items`` (by ``sender``) re-open are written with
         it, or it is refused: acknowledged, a request's late spans survive a crash in
         their run (alone, a replay refuses them as ``late``). So are its pairs' marks
-        (``TraceAssembler.marks``: cut, another sender's)."""
+        (``TraceAssembler.marks``: cut, another sender's) and the ``refused`` traces (for
+        a share, their runs not open: ``TraceAssembler.cut``)."""
         assert self.spool is not None
         runs = self._assembler.reopens(items, sender)
         cut, foreign = self._assembler.marks(items, sender)
@@ -87,7 +88,7 @@ class Durability:
             return self.spool.append(raw, trace_ids, signal,
                                      runs={tid: run[:2] for tid, run in runs.items()},
                                      runs_stored={tid for tid, run in runs.items() if run[2]},
-                                     items=items, cut=cut, foreign=foreign)
+                                     items=items, cut=cut, foreign=foreign, refused=refused)
         except (sqlite3.Error, OSError):
             log.exception("spool write failed; refusing the request (the exporter retries)")
             self._metrics.spool.failed("append")

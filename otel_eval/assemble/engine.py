@@ -170,6 +170,7 @@ class Engine:
         on_trace = (lambda _tid: barrier.done) if barrier is not None else None
         raw = self.durability.request_bytes(request, taken, replayed)
         with self._lock:
+            shed: set[str] = set()
             if not replayed:
                 taken, shed = self._within_shares(taken, adm)
                 if shed and raw is not None:  # the spool holds only what was taken
@@ -178,7 +179,7 @@ class Engine:
             adm.throttled = None if replayed else self.admission.refusal(
                 signal, taken, len(raw or b""))
             row = None if raw is None or adm.throttled else self.durability.append(
-                raw, trace_ids, signal, taken, sender)
+                raw, trace_ids, signal, taken, sender, refused=shed)
             if adm.throttled is None and raw is not None and row is None:
                 adm.throttled = "spool_error"
             if adm.throttled is not None:
@@ -200,20 +201,21 @@ class Engine:
         return adm
 
     def _within_shares(self, spans: Sequence[Span] | Sequence[HeldRecord], adm: Admission
-                       ) -> tuple[Sequence[Span] | Sequence[HeldRecord], bool]:
+                       ) -> tuple[Sequence[Span] | Sequence[HeldRecord], set[str]]:
         """The spans (or log records) of a request but for the new traces a service past
         its share would open (``AdmissionControl.over_share``: whole traces, never some of
-        a trace's spans), those counted in ``adm.rejected``; and whether any was (the
-        request is then spooled as taken, ``Durability.taken_only``: a replay takes every
-        item of a trace its row names, and the rejected ones would fill the spool while
-        the kept runs stay open). Lock held."""
+        a trace's spans), those counted in ``adm.rejected``; and the traces refused (the
+        spool keeps them: their runs cut when they open, after a restart too; the request is
+        then spooled as taken, ``Durability.taken_only``: a replay takes every item of a
+        trace its row names, and the rejected ones would fill the spool while the kept runs
+        stay open). Lock held."""
         shed = self.admission.over_share(spans)
         if not shed:
-            return spans, False
+            return spans, set()
         kept: Any = [s for s in spans if s.trace_id not in shed]
         adm.rejected["service_share"] = len(spans) - len(kept)
         self._assembler.cut(shed)  # the runs later opened for them miss these spans
-        return kept, len(kept) < len(spans)
+        return kept, set(shed)
 
     def _add(self, signal: Signal, items: Sequence[Any], on_trace: Any, source: str,
              sender: str, at: float) -> Any:  # lock held

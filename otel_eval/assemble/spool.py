@@ -56,7 +56,7 @@ Promises:
 - versioned: ``PRAGMA user_version`` is the schema's version; an older spool is migrated in
   place at open, one from a newer version refused with a clear error (``spool_file``);
 - a restart resumes what was left as it was: its timers, its stragglers, what was passed on,
-  what was cut (``spool_backlog``).
+  what was cut, or refused for a share before its run opened (``spool_backlog``).
 
 Kafka ingest is not spooled: the topic is the log, and offsets are committed only once the
 traces are stored (``kafka/offsets.py``), the same idea one level up.
@@ -123,11 +123,15 @@ class Spool:
     _backlog: Backlog  # from open()
 
     def __init__(self, path: str, max_bytes: int, metrics: SpoolMetrics, *,
-                 fsync: bool = False, wall: Callable[[], float] = time.time) -> None:
+                 fsync: bool = False, wall: Callable[[], float] = time.time,
+                 max_refused: int = 1_000_000) -> None:
         self.path = path
         self._wall = wall  # the receive times kept: wall-clock seconds (a monotonic clock
         # starts again with the process)
         self.max_bytes = max_bytes
+        # trace ids refused for a share before their runs opened, kept (``spool_refused``):
+        # as many as assembly remembers (``assembly.max_tombstones``)
+        self.max_refused = max_refused
         self.metrics = metrics
         self._fsync = fsync
         self._lock = threading.Lock()
@@ -251,7 +255,7 @@ class Spool:
                carried: Collection[str] = (), runs: Held | None = None,
                runs_stored: Collection[str] = (),
                items: Collection[Span | HeldRecord] = (), cut: Collection[str] = (),
-               foreign: Collection[str] = ()) -> int:
+               foreign: Collection[str] = (), refused: Collection[str] = ()) -> int:
         """Write a request (``signal``: traces | logs) and the traces it feeds, in one
         transaction; returns its row id. ``carried``: the traces whose pairs hold what a
         stored revision of them held (a re-open's re-spooled spans). ``runs``: the released
@@ -260,8 +264,10 @@ class Spool:
         is never acknowledged without them (a crash would replay its spans alone, refused
         ``late``); ``settle`` keeps them for the traces that re-opened so. ``items``: what the
         request holds, its row charged to their services (``RowLoad``). ``cut`` and
-        ``foreign``: its pairs marked so (``settle``), with the request, never after it.
-        Raises ``sqlite3.Error`` / ``OSError`` when it could not be written (then none is)."""
+        ``foreign``: its pairs marked so (``settle``), with the request, never after it;
+        ``refused``: trace ids refused for a share whose runs are not open (nothing of them
+        here to carry the mark), kept so a restart opens their runs cut. Raises
+        ``sqlite3.Error`` / ``OSError`` when it could not be written (then none is)."""
         assert signal in SIGNALS, signal
         rows = [(body, list(trace_ids), signal, carried)]
         held = [items]
@@ -278,6 +284,8 @@ class Spool:
                     "WHERE request_id = ? AND trace_id = ?",
                     [(int(t in cut), int(t in foreign), written[0], t)
                      for t in {*cut, *foreign}])
+            if refused:
+                self._refuse(cur, refused)
         with self._lock:
             self._marked[written[0]] = cut, foreign
             for rid, (raw, tids, _, _), its in zip(written, rows, held, strict=True):
@@ -309,6 +317,14 @@ class Spool:
                         "VALUES (?, ?, ?)",
                         [(rid, tid, int(tid in carried)) for tid in trace_ids])
         return rid
+
+    def _refuse(self, cur: sqlite3.Cursor, trace_ids: Collection[str]) -> None:
+        """Keep ``trace_ids`` (refused for a share, their runs not open), the newest
+        ``max_refused`` of all kept."""
+        cur.executemany("INSERT OR REPLACE INTO spool_refused (trace_id) VALUES (?)",
+                        [(t,) for t in trace_ids])
+        cur.execute("DELETE FROM spool_refused WHERE id <= "
+                    "(SELECT max(id) FROM spool_refused) - ?", (self.max_refused,))
 
     def runs_written(self, rid: int) -> dict[str, tuple[frozenset[str], int]]:
         """The runs ``append`` wrote with request ``rid``: trace -> (span ids, records)."""

@@ -21,7 +21,9 @@ Promises:
   run's own sender re-opened it before the crash;
 - cut stays cut: a run missing spans refused for their service's share (``TraceAssembler.cut``)
   keeps that mark on its pairs (``settle``'s ``cut``), so a replay releases it ``truncated``
-  (reason ``service_share``) as the live process would, never judged as a whole run.
+  (reason ``service_share``) as the live process would, never judged as a whole run; so does
+  a run whose spans were refused before it opened (``spool_refused``: nothing of it in the
+  spool then), when it opens after the restart.
 
 No state of its own past the replay: the ``Spool`` owns the file and what it holds (``Rows``:
 what the replay asks of it).
@@ -129,6 +131,8 @@ def read(db: sqlite3.Connection) -> Backlog:
                 backlog.foreign.add((rid, tid))
             if cut:
                 backlog.cut.add(tid)
+    # runs refused spans for a share before they opened: cut when they open
+    backlog.cut.update(tid for (tid,) in db.execute("SELECT trace_id FROM spool_refused"))
     orphans = [(rid,) for rid in sizes if rid not in backlog.pending]
     with transaction(db) as cur:
         cur.executemany("DELETE FROM spool_requests WHERE id = ?", orphans)

@@ -15,7 +15,9 @@ Promises:
   stored revision, without the late spans), and those written before another sender's were
   marked (version 3: no ``foreign_sender`` column) as the run's, and those written before a
   run missing spans refused for a service's share was marked (version 4: no ``cut`` column)
-  as a whole run's (the mark was then in memory only); a spool from a newer
+  as a whole run's (the mark was then in memory only), and those written before trace ids
+  refused for a share before their runs opened were kept (version 5) open those runs whole;
+  a spool from a newer
   version is refused with a clear error, before anything is written to it;
 - a file found unreadable (power loss without ``fsync``: not a database, a corrupt page) is
   moved aside with its WAL and shared-memory files, logged; the newest ``CORRUPT_KEPT`` set
@@ -48,6 +50,8 @@ log = logging.getLogger("otel_eval.assemble.spool")
 # Version 5: ``spool_traces.cut`` (1: spans of the trace were refused for their service's share,
 # so its run misses them: released ``truncated``, reason ``service_share``; pairs written
 # before: 0, not known to).
+# Version 6: ``spool_refused`` (trace ids whose spans were refused for their service's share
+# before their runs opened: nothing of them in the spool to carry ``cut``; the newest kept).
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS spool_requests (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS spool_traces (request_id INTEGER NOT NULL, "
@@ -59,6 +63,8 @@ _MIGRATIONS = (  # _MIGRATIONS[v] takes a spool from version v to v + 1
     "ALTER TABLE spool_traces ADD COLUMN carried INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE spool_traces ADD COLUMN foreign_sender INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE spool_traces ADD COLUMN cut INTEGER NOT NULL DEFAULT 0",
+    "CREATE TABLE IF NOT EXISTS spool_refused (id INTEGER PRIMARY KEY, "
+    "trace_id TEXT NOT NULL UNIQUE)",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 SIGNALS = ("traces", "logs")
