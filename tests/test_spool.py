@@ -655,3 +655,36 @@ def test_the_traces_refused_before_their_runs_opened_are_kept_bounded(tmp_path: 
     again = Spool(str(tmp_path / "s.db-spool"), 1 << 20, metrics.spool, max_refused=2).open()
     assert again.cut == {f"{12:032x}", f"{13:032x}"}
     again.close()
+
+
+def _short_run(trace: str, n: int) -> list[Span]:
+    spans = [span(trace, 1, None)] + [span(trace, i) for i in range(2, n + 2)]
+    for s in spans:
+        s.attributes["gen_ai.output.messages"] = "x" * 2000
+    return spans
+
+
+def test_a_long_run_does_not_pin_the_other_runs_of_its_requests(tmp_path: Path) -> None:
+    """A long run with a span in every batch kept every such request on disk whole, its
+    other runs' evaluated spans with it, until the long run ended (up to
+    max_trace_duration_s): the spool filled and every sender was throttled spool_full. A
+    row whose other runs are done keeps only what its pending runs hold, still replayed
+    after a crash, in the order received."""
+    long_run = "d" * 32
+    first = _short_run("e" * 32, 20)
+    size = len(body([*first, span(long_run, 100, parent=9)]))
+    a = Node(tmp_path, max_bytes=4 * size)
+    for k in range(12):
+        batch = [*_short_run(f"{k + 1:032x}", 20), span(long_run, 100 + k, parent=9)]
+        assert a.send(batch) is None, k
+        assert a.release() == 1  # the short run; the long one stays open
+    assert a.spool.held()[1] < size
+    a.crash()
+
+    b = Node(tmp_path)
+    assert b.replayed[1] == 12  # the long run's spans, each kept
+    b.now += 10_000
+    b.engine.tick()
+    b.engine.process()
+    assert b.stored_spans()[long_run] == 12
+    b.crash()

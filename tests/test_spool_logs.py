@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from test_spool import Node, body, span
 
 from otel_eval.assemble.spool import SCHEMA_VERSION, Spool, SpoolVersionError
+from otel_eval.assemble.spool_rows import thinned
 from otel_eval.base.model import LogEvent
 from otel_eval.decode import otlp_json, otlp_logs
 from otel_eval.receive.ingest import Ingest
@@ -283,3 +284,18 @@ def test_log_records_assembly_refuses_at_replay_are_counted_and_logged(
     assert b.sample("otel_eval_spool_log_records_rejected_total",
                     reason="trace_too_large") == 1
     assert "1 log record(s)" in caplog.text and "by assembly" in caplog.text
+
+
+def test_a_log_row_thinned_keeps_its_pending_traces_records_as_they_were() -> None:
+    """A row kept by one trace (``Spool`` thins it under pressure) holds only that trace's
+    records, each as received, its resource and scope with it."""
+    raw = logs_body([record(T1, 1, "kept"), record(T9, 2, "done")])
+    out = thinned(raw, "logs", {T1})
+    assert out is not None and len(out) < len(raw)
+    req = otlp_logs.parse_logs_request(out)[0]
+    full = otlp_logs.parse_logs_request(raw)[0]
+    kept = [r for rl in req.resource_logs for sl in rl.scope_logs for r in sl.log_records]
+    assert [r.trace_id.hex() for r in kept] == [T1]
+    assert kept[0] == next(r for rl in full.resource_logs for sl in rl.scope_logs
+                           for r in sl.log_records if r.trace_id.hex() == T1)
+    assert req.resource_logs[0].resource == full.resource_logs[0].resource

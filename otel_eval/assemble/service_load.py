@@ -132,6 +132,19 @@ class RowLoad:
         if not r.traces:
             self.drop(row)
 
+    def resize(self, row: int, nbytes: int) -> None:
+        """The row now holds ``nbytes`` (thinned to its pending traces): each service's
+        charge for it scaled so, the rest of the integer division to the largest."""
+        r = self._rows.get(row)
+        total = sum(r.charged.values()) if r is not None else 0
+        if r is None or not total:
+            return
+        scaled = Counter({svc: n * nbytes // total for svc, n in r.charged.items()})
+        scaled[max(r.charged, key=r.charged.__getitem__)] += nbytes - sum(scaled.values())
+        for svc, n in r.charged.items():
+            self._take(svc, n - scaled[svc])
+        r.charged = scaled
+
     def drop(self, row: int) -> None:
         """The row is deleted."""
         r = self._rows.pop(row, None)

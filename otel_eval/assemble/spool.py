@@ -49,7 +49,10 @@ Promises:
   would be replayed and refused ``late``); a re-open ``append`` could not foresee (the
   run's sender joining a passing trace) is spooled again after;
 - bounded: ``refusal`` says ``spool_full`` while ``max_bytes`` (span and log requests alike)
-  are held, so receivers throttle both; ``held_by``: the bytes per service.name
+  are held, so receivers throttle both; a row half of whose traces are done is thinned to
+  what the others hold (``_thin_rows``: their items as received, the same row) once a
+  quarter of ``max_bytes`` is held, so a long run with a span in every batch does not keep
+  everyone's batches whole until it ends; ``held_by``: the bytes per service.name
   (``service_load.RowLoad``: a row is charged to the services of the traces it still
   feeds; a row a previous process left, when its replay decodes it), for admission's
   ``max_service_share`` of ``max_bytes``;
@@ -79,7 +82,6 @@ import logging
 import sqlite3
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,7 +97,7 @@ from otel_eval.assemble.spool_file import (
     damaged,
     transaction,
 )
-from otel_eval.assemble.spool_rows import Held, Replay, encoded
+from otel_eval.assemble.spool_rows import Held, Replay, encoded, thinned
 from otel_eval.base.configcheck import StartupError
 from otel_eval.base.model import Span
 from otel_eval.decode.otlp_logs import HeldRecord
@@ -113,7 +115,9 @@ _CHUNK = 64 * 1024  # bytes per blob write: one page
 @dataclass(slots=True)
 class _Request:
     nbytes: int
-    pending: int  # traces it fed whose evaluation is not stored yet
+    traces: set[str]  # traces it fed whose evaluation is not stored yet
+    signal: str = "traces"
+    fed: int = 0  # of them when its body was written (``_thin``)
 
 
 class Spool:
@@ -149,6 +153,9 @@ class Spool:
         # the marks ``append`` wrote with a request, until its ``settle``: request -> (cut,
         # foreign) trace ids
         self._marked: dict[int, tuple[Collection[str], Collection[str]]] = {}
+        # rows half of whose traces are done since their bodies were written, oldest first:
+        # thinned to what the others hold once the spool holds a quarter of ``max_bytes``
+        self._thin: dict[int, None] = {}
         self.bytes = 0
         self.load = RowLoad()  # the bytes per service (its share: ``max_service_share``)
         self._opened = False
@@ -204,7 +211,8 @@ class Spool:
         backlog = spool_backlog.read(self._db)
         self.carried, self.cut = backlog.carried, backlog.cut
         for rid, tids in backlog.pending.items():
-            self._requests[rid] = _Request(backlog.sizes[rid], len(tids))
+            self._requests[rid] = _Request(backlog.sizes[rid], set(tids),
+                                           backlog.signals.get(rid, "traces"), len(tids))
             self.bytes += backlog.sizes[rid]
             for tid in tids:
                 self._traces.setdefault(tid, []).append((rid, 0))
@@ -288,8 +296,8 @@ class Spool:
                 self._refuse(cur, refused)
         with self._lock:
             self._marked[written[0]] = cut, foreign
-            for rid, (raw, tids, _, _), its in zip(written, rows, held, strict=True):
-                self._requests[rid] = _Request(len(raw), len(tids))
+            for rid, (raw, tids, sig, _), its in zip(written, rows, held, strict=True):
+                self._requests[rid] = _Request(len(raw), set(tids), sig, len(tids))
                 self.bytes += len(raw)
                 self.load.add(rid, len(raw), its)
             if runs:
@@ -414,7 +422,47 @@ class Spool:
                   for rid, r in self._traces.get(tid, ()) if r == rev)]))
         if pairs:
             self._delete(pairs)
+            self._thin_rows()
             self._report()
+
+    def _thin_rows(self) -> None:
+        """Rows kept only by some of their traces (a long run's span in every batch keeps
+        each batch until the run ends, up to ``max_trace_duration_s``) hold only what those
+        traces hold, once the spool holds a quarter of ``max_bytes``: each row's body is
+        written again in place (the same row: replayed in the order received), in its own
+        transaction (the old body until it commits), its pairs and their marks unchanged.
+        A row is thinned again only once half its traces are done since, so each byte is
+        written again a bounded number of times."""
+        while self._thin and self.bytes * 4 > self.max_bytes:
+            with self._lock:
+                if not self._thin:  # another thread took the last
+                    return
+                rid = next(iter(self._thin))
+                del self._thin[rid]
+                req = self._requests.get(rid)
+            if req is not None:
+                try:
+                    self._thin_one(rid, req)
+                except (sqlite3.Error, OSError) as e:  # the row stays whole: counted
+                    log.warning("spool: thinning request %d failed: %s", rid, e)
+                    self.metrics.failed("thin")
+                    return
+
+    def _thin_one(self, rid: int, req: _Request) -> None:
+        """Row ``rid``'s body written again with what its pending traces hold."""
+        with self._lock:
+            keep = set(req.traces)
+        raw = self.body(rid) if keep else None
+        body = None if raw is None else thinned(raw, req.signal, keep)
+        if raw is not None and body is not None and len(body) < len(raw):
+            with self._lock, transaction(self._db) as cur:
+                cur.execute("UPDATE spool_requests SET body = ? WHERE id = ?", (body, rid))
+        with self._lock:
+            req.fed = len(keep)  # thinned again once half of these are done
+            if body is not None and self._requests.get(rid) is req and len(body) < req.nbytes:
+                self.bytes -= req.nbytes - len(body)
+                req.nbytes = len(body)
+                self.load.resize(rid, len(body))
 
     def _delete(self, pairs: list[tuple[int, str]]) -> None:
         """Delete pairs, and requests whose last pair goes; memory follows the commit. The
@@ -422,9 +470,11 @@ class Spool:
         they count against ``max_bytes``, were kept until the next start."""
         with self._lock:
             pairs = list(dict.fromkeys([*self._undeleted, *pairs]))
-            decrements = Counter(rid for rid, _ in pairs)
-            done = [rid for rid, n in decrements.items()
-                    if rid in self._requests and self._requests[rid].pending <= n]
+            by_row: dict[int, list[str]] = {}
+            for rid, tid in pairs:
+                by_row.setdefault(rid, []).append(tid)
+            done = [rid for rid, tids in by_row.items()
+                    if rid in self._requests and self._requests[rid].traces <= set(tids)]
             try:
                 with transaction(self._db) as cur:
                     cur.executemany("DELETE FROM spool_traces WHERE request_id = ? AND "
@@ -442,15 +492,15 @@ class Spool:
                     self._traces[tid] = keep
                 else:
                     self._traces.pop(tid, None)
-            by_row: dict[int, list[str]] = {}
-            for rid, tid in pairs:
-                by_row.setdefault(rid, []).append(tid)
-            for rid, n in decrements.items():
-                if rid in self._requests:
-                    self._requests[rid].pending -= n
-                    self.load.done(rid, by_row[rid])
+            for rid, tids in by_row.items():
+                if (req := self._requests.get(rid)) is not None:
+                    req.traces.difference_update(tids)
+                    self.load.done(rid, tids)
+                    if req.traces and 2 * len(req.traces) <= req.fed:
+                        self._thin[rid] = None  # half its traces are done: thin it
             for rid in done:
                 self.bytes -= self._requests.pop(rid).nbytes
+                self._thin.pop(rid, None)
                 self.load.drop(rid)
 
     # --- plumbing ----------------------------------------------------------------------------

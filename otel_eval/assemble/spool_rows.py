@@ -8,7 +8,9 @@ A row's body is an OTLP request as received (never re-encoded), so a replay take
 decode path: a span or log record of a replayed trace that this version's decoder refuses, or
 its assembly does, is counted (``spool_spans_rejected_total{reason}``,
 ``spool_log_records_rejected_total{reason}``) and logged, never evaluated. Only what a trace
-re-opened by late spans held is encoded here, a body per signal that holds any. No state:
+re-opened by late spans held is encoded here, a body per signal that holds any; and a row
+whose other traces are done is ``thinned`` to what its pending traces hold (the spans and
+records of the others taken out, each kept one as received). No state:
 the ``Spool`` owns the file and what it holds.
 """
 
@@ -17,7 +19,10 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_eval.base.model import Span
@@ -115,3 +120,40 @@ def encoded(held: Held, traces: list[str]) -> list[tuple[str, list[str], bytes]]
         rows.append(("logs", logs, otlp_logs.encode_logs(
             r for t in logs for r in held[t][1]).SerializeToString()))
     return rows
+
+
+def thinned(body: bytes, signal: str, keep: Collection[str]) -> bytes | None:
+    """``body`` with only the spans (or log records) of the ``keep`` traces, those as they
+    were, their resources and scopes with them; None when it is not read here whole (a
+    value the decoder would salvage: then it is kept as it is, for the replay to count)."""
+    req: ExportTraceServiceRequest | ExportLogsServiceRequest
+    try:
+        if signal == "logs":
+            req = ExportLogsServiceRequest.FromString(body)
+            for rl in req.resource_logs:
+                for sl in rl.scope_logs:
+                    _keep(sl.log_records, keep)
+                _keep_nonempty(rl.scope_logs, "log_records")
+            _keep_nonempty(req.resource_logs, "scope_logs")
+        else:
+            req = ExportTraceServiceRequest.FromString(body)
+            for rs in req.resource_spans:
+                for ss in rs.scope_spans:
+                    _keep(ss.spans, keep)
+                _keep_nonempty(rs.scope_spans, "spans")
+            _keep_nonempty(req.resource_spans, "scope_spans")
+    except DecodeError:
+        return None
+    return req.SerializeToString()
+
+
+def _keep(items: Any, keep: Collection[str]) -> None:
+    kept = [x for x in items if x.trace_id.hex() in keep]
+    del items[:]
+    items.extend(kept)
+
+
+def _keep_nonempty(entries: Any, field: str) -> None:
+    kept = [e for e in entries if len(getattr(e, field))]
+    del entries[:]
+    entries.extend(kept)
