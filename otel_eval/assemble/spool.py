@@ -64,10 +64,11 @@ Promises:
 Kafka ingest is not spooled: the topic is the log, and offsets are committed only once the
 traces are stored (``kafka/offsets.py``), the same idea one level up.
 
-Parts: the file (schema and migrations, pragmas, an unreadable one set aside) is
-``spool_file``; a row's body read back for a replay, or written for a re-opened trace, is
-``spool_rows``; what a previous process left, read at open and replayed at start, is
-``spool_backlog``; this module holds what the file holds and the rows' life.
+Parts: the file (schema and migrations, pragmas, an unreadable one set aside, the statements
+over its tables) is ``spool_file``; a row's body read back for a replay, written for a
+re-opened trace, or thinned, is ``spool_rows``; what a previous process left, read at open
+and replayed at start, is ``spool_backlog``; this module holds what the file holds and the
+rows' life.
 
 Threads: ``append`` and ``settle`` run on receiver threads under the engine lock (so a trace
 cannot be evaluated before its pair exists), ``evaluated`` on the engine worker, ``replay``
@@ -97,7 +98,7 @@ from otel_eval.assemble.spool_file import (
     damaged,
     transaction,
 )
-from otel_eval.assemble.spool_rows import Held, Replay, encoded, thinned
+from otel_eval.assemble.spool_rows import Held, Replay, encoded, items_of, thinned
 from otel_eval.base.configcheck import StartupError
 from otel_eval.base.model import Span
 from otel_eval.decode.otlp_logs import HeldRecord
@@ -108,8 +109,6 @@ __all__ = ["CORRUPT_KEPT", "SCHEMA_VERSION", "SIGNALS", "Held", "Replay", "Spool
            "SpoolVersionError"]
 
 log = logging.getLogger(__name__)
-
-_CHUNK = 64 * 1024  # bytes per blob write: one page
 
 
 @dataclass(slots=True)
@@ -228,9 +227,7 @@ class Spool:
     def body(self, rid: int) -> bytes | None:
         """Request ``rid``'s bytes; None when it is gone."""
         with self._lock:
-            row = self._db.execute("SELECT body FROM spool_requests WHERE id = ?",
-                                   (rid,)).fetchone()
-        return None if row is None else bytes(row[0])
+            return spool_file.body(self._db, rid)
 
     def delete(self, pairs: list[tuple[int, str]]) -> None:
         """Delete (request, trace) pairs (``_delete``), for a replay."""
@@ -281,19 +278,16 @@ class Spool:
         held = [items]
         if runs:
             rows += [(b, tids, sig, runs_stored) for sig, tids, b in encoded(runs, list(runs))]
-            held += [_items(runs, tids, sig) for _, tids, sig, _ in rows[1:]]
+            held += [items_of(runs, tids, sig) for _, tids, sig, _ in rows[1:]]
         written: list[int] = []
         with self._lock, transaction(self._db) as cur:
             for raw, tids, sig, marked in rows:
-                written.append(self._insert(cur, raw, tids, sig, marked))
-            if written and (cut or foreign):
-                cur.executemany(
-                    "UPDATE spool_traces SET cut = ?, foreign_sender = ? "
-                    "WHERE request_id = ? AND trace_id = ?",
-                    [(int(t in cut), int(t in foreign), written[0], t)
-                     for t in {*cut, *foreign}])
+                written.append(spool_file.insert(self._db, cur, raw, tids, sig, marked,
+                                                 self._wall()))
+            spool_file.mark(cur, [(int(t in cut), int(t in foreign), written[0], t)
+                                  for t in {*cut, *foreign}])
             if refused:
-                self._refuse(cur, refused)
+                spool_file.keep_refused(cur, refused, self.max_refused)
         with self._lock:
             self._marked[written[0]] = cut, foreign
             for rid, (raw, tids, sig, _), its in zip(written, rows, held, strict=True):
@@ -307,32 +301,6 @@ class Spool:
                           frozenset(sp.span_id for sp in spans), len(logs))
                     for tid, (spans, logs) in runs.items()}
         return written[0]
-
-    def _insert(self, cur: sqlite3.Cursor, body: bytes, trace_ids: Collection[str],
-                signal: str, carried: Collection[str]) -> int:
-        rid = cur.execute(
-            "INSERT INTO spool_requests (body, signal, received_at) VALUES (zeroblob(?), ?, ?)",
-            (len(body), signal, self._wall())).lastrowid
-        assert rid is not None
-        # Written a chunk at a time into the pages: binding the whole body would make
-        # SQLite copy it twice (bind, record), and the allocator keeps such multi-MB
-        # buffers resident after they are freed (tests/receiver/test_request_memory.py).
-        view = memoryview(body)
-        with self._db.blobopen("spool_requests", "body", rid) as blob:
-            for i in range(0, len(body), _CHUNK):
-                blob.write(view[i:i + _CHUNK])
-        cur.executemany("INSERT INTO spool_traces (request_id, trace_id, carried) "
-                        "VALUES (?, ?, ?)",
-                        [(rid, tid, int(tid in carried)) for tid in trace_ids])
-        return rid
-
-    def _refuse(self, cur: sqlite3.Cursor, trace_ids: Collection[str]) -> None:
-        """Keep ``trace_ids`` (refused for a share, their runs not open), the newest
-        ``max_refused`` of all kept."""
-        cur.executemany("INSERT OR REPLACE INTO spool_refused (trace_id) VALUES (?)",
-                        [(t,) for t in trace_ids])
-        cur.execute("DELETE FROM spool_refused WHERE id <= "
-                    "(SELECT max(id) FROM spool_refused) - ?", (self.max_refused,))
 
     def runs_written(self, rid: int) -> dict[str, tuple[frozenset[str], int]]:
         """The runs ``append`` wrote with request ``rid``: trace -> (span ids, records)."""
@@ -384,8 +352,7 @@ class Spool:
                 self._delete(dropped)
             if marks:
                 with self._lock, transaction(self._db) as cur:
-                    cur.executemany("UPDATE spool_traces SET cut = ?, foreign_sender = ? "
-                                    "WHERE request_id = ? AND trace_id = ?", marks)
+                    spool_file.mark(cur, marks)
             if reopened:
                 self._respool(reopened, accepted, held, carried)
         except (sqlite3.Error, OSError):  # the request itself is spooled; count and go on
@@ -397,7 +364,7 @@ class Spool:
                  carried: Collection[str]) -> None:
         """Re-opened traces: what they held, re-encoded, a row per signal."""
         for signal, tids, body in encoded(held, reopened):
-            again = self.append(body, tids, signal, carried, items=_items(held, tids, signal))
+            again = self.append(body, tids, signal, carried, items=items_of(held, tids, signal))
             with self._lock:
                 for tid in tids:
                     self._traces[tid].append((again, accepted[tid]))
@@ -456,7 +423,7 @@ class Spool:
         body = None if raw is None else thinned(raw, req.signal, keep)
         if raw is not None and body is not None and len(body) < len(raw):
             with self._lock, transaction(self._db) as cur:
-                cur.execute("UPDATE spool_requests SET body = ? WHERE id = ?", (body, rid))
+                spool_file.rewrite(cur, rid, body)
         with self._lock:
             req.fed = len(keep)  # thinned again once half of these are done
             if body is not None and self._requests.get(rid) is req and len(body) < req.nbytes:
@@ -477,10 +444,7 @@ class Spool:
                     if rid in self._requests and self._requests[rid].traces <= set(tids)]
             try:
                 with transaction(self._db) as cur:
-                    cur.executemany("DELETE FROM spool_traces WHERE request_id = ? AND "
-                                    "trace_id = ?", pairs)
-                    cur.executemany("DELETE FROM spool_requests WHERE id = ?",
-                                    [(rid,) for rid in done])
+                    spool_file.delete(cur, pairs, done)
             except BaseException:
                 self._undeleted = pairs  # tried again with the next delete
                 raise
@@ -523,8 +487,3 @@ class Spool:
             if self._opened:
                 self._db.close()
 
-
-def _items(held: Held, trace_ids: list[str], signal: str) -> list[Span | HeldRecord]:
-    """What ``held`` holds of ``trace_ids`` for a row of ``signal``."""
-    k = 0 if signal == "traces" else 1
-    return [item for tid in trace_ids for item in held[tid][k]]

@@ -1,5 +1,5 @@
 """Stage: assemble (spool file). The spool's SQLite file: its schema and versions, how it is
-opened, and what becomes of one found unreadable.
+opened, what becomes of one found unreadable, and the statements over its tables.
 
     Spool.open -> connect (version check, pragmas) -> migrate (to SCHEMA_VERSION)
         | unreadable (``damaged``) -> set_aside -> connect again: an empty spool
@@ -33,7 +33,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 
 from otel_eval.base.configcheck import ConfigError
@@ -136,6 +136,64 @@ def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Cursor]:
         if db.in_transaction:
             cur.execute("ROLLBACK")
         raise
+
+
+_CHUNK = 64 * 1024  # bytes per blob write: one page
+
+
+def insert(db: sqlite3.Connection, cur: sqlite3.Cursor, body: bytes,
+           trace_ids: Collection[str], signal: str, carried: Collection[str],
+           at: float) -> int:
+    """Write a request received at ``at`` (wall-clock seconds) and its pairs; its row id."""
+    rid = cur.execute(
+        "INSERT INTO spool_requests (body, signal, received_at) VALUES (zeroblob(?), ?, ?)",
+        (len(body), signal, at)).lastrowid
+    assert rid is not None
+    # Written a chunk at a time into the pages: binding the whole body would make
+    # SQLite copy it twice (bind, record), and the allocator keeps such multi-MB
+    # buffers resident after they are freed (tests/receiver/test_request_memory.py).
+    view = memoryview(body)
+    with db.blobopen("spool_requests", "body", rid) as blob:
+        for i in range(0, len(body), _CHUNK):
+            blob.write(view[i:i + _CHUNK])
+    cur.executemany("INSERT INTO spool_traces (request_id, trace_id, carried) "
+                    "VALUES (?, ?, ?)",
+                    [(rid, tid, int(tid in carried)) for tid in trace_ids])
+    return rid
+
+
+def mark(cur: sqlite3.Cursor, marks: Collection[tuple[int, int, int, str]]) -> None:
+    """Set pairs' marks: (cut, foreign_sender, request, trace) each."""
+    if marks:
+        cur.executemany("UPDATE spool_traces SET cut = ?, foreign_sender = ? "
+                        "WHERE request_id = ? AND trace_id = ?", marks)
+
+
+def keep_refused(cur: sqlite3.Cursor, trace_ids: Collection[str], bound: int) -> None:
+    """Keep ``trace_ids`` (refused for a share, their runs not open), the newest ``bound``
+    of all kept."""
+    cur.executemany("INSERT OR REPLACE INTO spool_refused (trace_id) VALUES (?)",
+                    [(t,) for t in trace_ids])
+    cur.execute("DELETE FROM spool_refused WHERE id <= "
+                "(SELECT max(id) FROM spool_refused) - ?", (bound,))
+
+
+def body(db: sqlite3.Connection, rid: int) -> bytes | None:
+    """Request ``rid``'s bytes; None when it is gone."""
+    row = db.execute("SELECT body FROM spool_requests WHERE id = ?", (rid,)).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def rewrite(cur: sqlite3.Cursor, rid: int, body: bytes) -> None:
+    """Request ``rid``'s body replaced (a thinned row)."""
+    cur.execute("UPDATE spool_requests SET body = ? WHERE id = ?", (body, rid))
+
+
+def delete(cur: sqlite3.Cursor, pairs: Collection[tuple[int, str]],
+           requests: Collection[int]) -> None:
+    """Delete (request, trace) pairs and the ``requests`` left without one."""
+    cur.executemany("DELETE FROM spool_traces WHERE request_id = ? AND trace_id = ?", pairs)
+    cur.executemany("DELETE FROM spool_requests WHERE id = ?", [(rid,) for rid in requests])
 
 
 def set_aside(path: str) -> None:

@@ -157,3 +157,9 @@ def _keep_nonempty(entries: Any, field: str) -> None:
     kept = [e for e in entries if len(getattr(e, field))]
     del entries[:]
     entries.extend(kept)
+
+
+def items_of(held: Held, trace_ids: list[str], signal: str) -> list[Span | HeldRecord]:
+    """What ``held`` holds of ``trace_ids`` for a row of ``signal``."""
+    k = 0 if signal == "traces" else 1
+    return [item for tid in trace_ids for item in held[tid][k]]
