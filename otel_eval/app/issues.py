@@ -119,8 +119,9 @@ def cmd_issues(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
 
     try:
         cfg = run.cfg
-        if cfg.judge.active:  # the namer's and merger's calls share its hourly cap
-            from otel_eval.evaluate.judge.client import check_prices
+        if cfg.judge.active:  # the namer's and merger's calls: its key, its hourly cap
+            from otel_eval.evaluate.judge.client import check_credentials, check_prices
+            check_credentials(cfg.judge)
             check_prices(cfg.judge)
         result = issues_offline(evaluations(list(args.paths), run), cfg.issues,
                                 namer=judge_namer(cfg.judge),

@@ -433,3 +433,17 @@ def test_a_namer_cap_on_a_model_without_a_price_is_refused(
                       "http://127.0.0.1:9/v1")
     err = capsys.readouterr().err
     assert code == 2 and "litellm has no price for openai/gpt-9-unreleased" in err, err
+
+
+def test_a_namer_without_its_provider_key_is_refused_at_start(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``issues`` names and merges issues with the judge model: without the provider's key
+    every namer call failed ("Missing credentials") and the command went on with unnamed
+    issues. Refused before any call, as ``eval`` and ``serve`` refuse it."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    path = tmp_path / "evals.jsonl"  # evaluations: no judge run over them, only the namer
+    path.write_text("".join(json.dumps(e) + "\n" for e in window(12)))
+    code, _ = _issues(str(path), "--judge", "openai/gpt-4o-mini")
+    err = capsys.readouterr().err
+    assert code == 2 and "needs OPENAI_API_KEY" in err, err
