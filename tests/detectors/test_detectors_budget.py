@@ -342,3 +342,16 @@ def test_a_provider_named_as_litellm_names_it_picks_its_rows() -> None:
         assert expected > 0
         usage = build_trajectory(run, TrajectoryConfig()).usage()
         assert usage["cost_usd"] == pytest.approx(expected, rel=1e-9), system
+
+
+def test_a_cost_summing_past_a_float_is_unknown_not_over_budget() -> None:
+    """Two steps of finite cost near 1e308 sum to infinity: the run's ``usage.cost_usd`` is
+    then null (unknown), and the budget detector read the same sum as a cost over budget,
+    an error finding whose ``value`` was ``"Infinity"`` in the JSON. A sum that is no number
+    is unknown, never a reason for a finding: ``cost_unknown``, as an unpriced model's."""
+    t = traj(llm("a", cost=1e308), llm("b", cost=1e308))
+    found = budget.detect(t, DetectorsConfig(), Context(budgets={"cost_usd": 1.0}))
+    assert kinds(found) == ["budget/cost_unknown"]
+    assert found[0].severity == "info"
+    assert found[0].attributes["value"] is None
+    assert "largest float" in found[0].message

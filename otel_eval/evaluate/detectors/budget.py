@@ -8,6 +8,7 @@ a model litellm does not know makes the cost *unknown* (reported, never an excep
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from otel_eval.base.results import Finding
@@ -22,6 +23,8 @@ _UNITS = {"duration_s": " s", "cost_usd": " USD"}
 _LABELS = {"steps": "steps", "llm_calls": "LLM calls", "tool_calls": "tool calls",
            "input_tokens": "input tokens", "output_tokens": "output tokens",
            "cost_usd": "cost", "duration_s": "wall time"}
+# why a cost whose steps' costs are each a number is none (``Trajectory.usage`` reads it so)
+_OVERFLOW = "the steps' costs sum past the largest float"
 
 
 def cost(trajectory: Trajectory) -> tuple[float, list[str], list[str]]:
@@ -108,7 +111,12 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
         unknown, why = cost(trajectory)[1:] if name == "cost_usd" else ([], [])
         if unknown:
             attrs["cost_unknown_models"] = unknown
-        if value > limit:
+        if not math.isfinite(value):  # costs summing past the largest float: no number,
+            # unknown (as the run's ``usage.cost_usd``), never over a budget
+            attrs["value"] = None
+            out.append(Finding("budget", "cost_unknown", "info",
+                               f"cost unknown ({_OVERFLOW})", attributes=attrs))
+        elif value > limit:
             over = _beyond(trajectory, name, limit)
             out.append(Finding("budget", f"{name}_exceeded", "error",
                                _message(name, value, limit), [s.span_id for s in over],
