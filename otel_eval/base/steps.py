@@ -42,6 +42,11 @@ class ToolCall:
 # enough to read a step; the rest is counted (``truncated``), so a 20 MB tool output is not a
 # 20 MB result row. Arguments and names are kept as they came (detectors report on them).
 CONTENT_CHARS = 4096
+# The most one step (an LLM call, a remote agent's span) plausibly costs, USD: a billion,
+# far above any real run. A cost past it, recorded on the span or priced from its tokens, is
+# unknown (``cost_usd`` None, the reason in ``unknown``): never summed into the run's cost
+# nor observed (two runs near the largest float made the cost histogram's _sum +Inf).
+MAX_STEP_COST_USD = 1e9
 
 
 def _kept(out: dict[str, Any], name: str, text: str | None) -> None:

@@ -23,7 +23,9 @@ Attribute names, as the GenAI conventions name them (open-telemetry/semantic-con
   is read as ``cost_usd``) and ``gen_ai.usage.cost.source`` (``provider`` | ``local``);
   then the older single-number keys (``gen_ai.usage.cost``, OpenInference ``llm.cost.total``,
   ...), read as USD as before (a negative cost, like a negative amount, is not understood:
-  never subtracted from a run's); a price list prices only a step still without cost;
+  never subtracted from a run's; nor is one past ``MAX_STEP_COST_USD``, 1e9 USD, far above
+  any real call: never summed nor observed); a price list prices only a step still without
+  cost;
 - ``process.exit.code`` on a tool span: non-zero is the call's error (the conventions' command
   and skill tools set ``error.type`` to the exit code); zero is no error;
 - ``gen_ai.tool.call.decision.outcome`` (``allow`` | ``deny`` | ``require_approval``), on the
@@ -49,7 +51,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from otel_eval.base.model import Span
-from otel_eval.base.steps import Step
+from otel_eval.base.steps import MAX_STEP_COST_USD, Step
 from otel_eval.evaluate.conventions import adk
 from otel_eval.evaluate.conventions.adapter import Attrs
 from otel_eval.evaluate.conventions.openllmetry import (
@@ -122,6 +124,8 @@ def _cost(step: Step, span: Span, attrs: Attrs) -> None:
             step.unknown["cost_usd"] = f"{COST_AMOUNT} not understood"
         elif currency is None or currency.upper() != "USD":
             step.unknown["cost_usd"] = f"{COST_AMOUNT} in currency {currency or 'not given'}"
+        elif value > MAX_STEP_COST_USD:
+            step.unknown["cost_usd"] = _implausible(COST_AMOUNT, value)
         else:
             step.cost_usd = value
             origin = as_str(attrs.get(COST_SOURCE))
@@ -130,10 +134,17 @@ def _cost(step: Step, span: Span, attrs: Attrs) -> None:
             return
     for key in LEGACY_COST_KEYS:
         value = as_float(attrs.get(key))
-        if value is not None and value >= 0:  # a negative cost is none (as an amount's)
+        if value is not None and value > MAX_STEP_COST_USD:
+            step.unknown["cost_usd"] = _implausible(key, value)
+        elif value is not None and value >= 0:  # a negative cost is none (as an amount's)
             step.cost_usd = value
             step.sources["cost_usd"] = f"span {key}"
             return
+
+
+def _implausible(key: str, value: float) -> str:
+    """Why a recorded cost past ``MAX_STEP_COST_USD`` is not read."""
+    return f"{key} {value:g} USD is past any plausible cost of one call ({MAX_STEP_COST_USD:g})"
 
 
 def _exit_code(step: Step, span: Span, attrs: Attrs) -> None:

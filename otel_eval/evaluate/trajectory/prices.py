@@ -2,7 +2,8 @@
 
 Prices come from litellm's model price map, the copy packaged with litellm (never fetched: the
 service makes no outbound call it was not asked to). A model the map does not know leaves the
-cost unknown (None), never 0.
+cost unknown (None), never 0; so does a price past ``MAX_STEP_COST_USD`` (1e9 USD: tokens no
+real call has).
 
 Cached input tokens (``Step.cache_read_tokens``, ``cache_write_tokens``) are part of
 ``input_tokens`` (the GenAI registry: they "SHOULD be included"); they are priced at the map's
@@ -50,7 +51,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from otel_eval.base.steps import Step
+from otel_eval.base.steps import MAX_STEP_COST_USD, Step
 
 PRICE_FILE = "model_prices_and_context_window_backup.json"  # in litellm's package directory
 
@@ -253,9 +254,16 @@ def model_prices(model: str, provider: str | None = None) -> Prices | None:
 
 
 def step_cost(step: Step) -> float | None:
-    """USD cost of one LLM step: its own, else priced from model and tokens, else None."""
+    """USD cost of one LLM step: its own, else priced from model and tokens, else None (and
+    None for a price past ``MAX_STEP_COST_USD``: tokens no real call has)."""
     if step.cost_usd is not None:
         return step.cost_usd
+    cost = _priced(step)
+    return cost if cost is None or cost <= MAX_STEP_COST_USD else None
+
+
+def _priced(step: Step) -> float | None:
+    """The step's model price times its tokens, or None when either is unknown."""
     if not step.model or (step.input_tokens is None and step.output_tokens is None):
         return None
     prices = _step_prices(step)
@@ -293,9 +301,17 @@ def unpriced(step: Step) -> str:
         return "no model recorded"
     if step.input_tokens is None and step.output_tokens is None:
         return f"no token counts for {model}"
+    if (cost := _priced(step)) is not None:  # past MAX_STEP_COST_USD
+        return _implausible(model, cost)
     prices = _step_prices(step)
     missing = _missing_rate(step, prices) if prices is not None else None
     return f"no {missing} price for {model}" if missing else f"no price for {model}"
+
+
+def _implausible(model: str, cost: float) -> str:
+    """Why a priced cost past ``MAX_STEP_COST_USD`` is unknown."""
+    return (f"the tokens of {model} price at {cost:g} USD, past any plausible cost of one "
+            f"call ({MAX_STEP_COST_USD:g})")
 
 
 def _missing_rate(step: Step, prices: Prices) -> str | None:
@@ -310,12 +326,18 @@ def _missing_rate(step: Step, prices: Prices) -> str | None:
 def price_steps(steps: Iterable[Step]) -> None:
     """Fill ``cost_usd`` of LLM steps that have none (a cost the span recorded comes first)
     and whose model the price map knows; the source says it was priced here, and a cache rate
-    the map lacks is said in ``Step.unknown`` (the cost stays unknown)."""
+    the map lacks, or a price past ``MAX_STEP_COST_USD``, is said in ``Step.unknown`` (the
+    cost stays unknown)."""
     for step in steps:
         if step.kind == "llm" and step.cost_usd is None and step.model:
-            step.cost_usd = step_cost(step)
-            if step.cost_usd is not None:
+            cost = _priced(step)
+            if cost is not None and cost <= MAX_STEP_COST_USD:
+                step.cost_usd = cost
                 step.sources["cost_usd"] = "price list (litellm) by model and tokens"
+                continue
+            if cost is not None:
+                if "cost_usd" not in step.unknown:
+                    step.unknown["cost_usd"] = _implausible(step.model[:200], cost)
                 continue
             prices = _step_prices(step)
             missing = _missing_rate(step, prices) if prices is not None else None
