@@ -18,7 +18,8 @@ only what it uses (the receivers, the publisher, the admin endpoint): no spool (
 acknowledged once Kafka has it), no evaluation worker processes, sinks, session or issues
 job, retention or engine thread (the workers consuming the topic evaluate), and no SQLite
 file (its admin API reads an empty in-memory store; a PostgreSQL ``store.url``, the fleet's,
-is read). The async stages (judge, Kafka) share one event loop thread (``aio``).
+is read, and with ``kafka.results_topic`` the verdicts its feedback re-judges there are
+published to the topic). The async stages (judge, Kafka) share one event loop thread (``aio``).
 
 Lifecycle (``otel_eval.app.lifecycle``): every long-running part is a ``Component`` with
 ``start()`` and ``shutdown(deadline_s)``. ``Service()`` only constructs them (no file, socket
@@ -154,6 +155,11 @@ class Service:
         deps = Deps(self.metrics, self.registry, self.store, config.store.path,
                     config.store.target, self.loop, store_session=config.store.session)
         self.sinks = [] if self.front_end else build_sinks(config, deps)
+        # a front end on the fleet's store records outcomes there (POST /v1/feedback): the
+        # verdicts they re-judge go to the results topic from it (the workers publish the rest)
+        self.feedback_topic = (results.build(config.kafka, deps, front_end=True)
+                               if self.front_end and is_postgresql_url(config.store.target)
+                               else None)
         # conversations completed once in the fleet, from the store's state (its own thread)
         self.session_job = SessionJob(
             self.store, config.sessions, self.metrics, predictor=self.evaluator.predictor,
@@ -183,8 +189,9 @@ class Service:
             from otel_eval.evaluate.judge.client import CALL_STATUSES
             self.metrics.judge.call_statuses(issue_call_names(config.issues), CALL_STATUSES)
         self.retention = Retention(self.store, config.store.retention_days)
-        topic = next((s.part for s in self.sinks if isinstance(s, OnLoop)
-                      and isinstance(s.part, results.ResultsPublisher)), None)
+        topic = next((s.part for s in [*self.sinks, self.feedback_topic]
+                      if isinstance(s, OnLoop) and isinstance(s.part, results.ResultsPublisher)),
+                     None)
         self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction,
                                   recorded=self.metrics.calibration.outcome_recorded,
                                   published=topic.publish_stored if topic else None)
@@ -343,6 +350,8 @@ class Service:
             lc.add("retention", self.retention)
         for sink in reversed(self.sinks):  # the judge (first sink) stops before the events
             lc.add(type(sink.part if isinstance(sink, OnLoop) else sink).__name__, sink)
+        if self.feedback_topic is not None:  # a front end's, for its feedback
+            lc.add("ResultsPublisher", self.feedback_topic)
         # completes sessions idle past sessions.idle_timeout_s (tests tick it by hand). It
         # feeds the judge and the events sink: stopped before them, as the engine is (a
         # completion made while they drain would reach a stopped judge, never judged)

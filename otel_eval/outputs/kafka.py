@@ -221,10 +221,13 @@ class ResultsPublisher:
                 self._sent = []
 
 
-def build(config: KafkaConfig, deps: Deps) -> OnLoop | None:
+def build(config: KafkaConfig, deps: Deps, *, front_end: bool = False) -> OnLoop | None:
     """The results publisher on the service's loop, for a Kafka worker with
-    ``kafka.results_topic`` set (a publishing front end evaluates nothing)."""
-    if not (config.enabled and config.results_topic and not config.publish) or deps.loop is None:
+    ``kafka.results_topic`` set; with ``front_end``, for a publishing front end's (which
+    evaluates nothing: it publishes only what ``POST /v1/feedback`` re-judged in the fleet's
+    store, ``publish_stored``)."""
+    if not (config.enabled and config.results_topic and config.publish == front_end) \
+            or deps.loop is None:
         return None
     return OnLoop(ResultsPublisher(config, deps.metrics.kafka, deps.metrics.sinks.dropped),
                   deps.loop)

@@ -75,3 +75,37 @@ def test_serve_hands_the_results_topic_to_feedback(tmp_path: Path) -> None:
     published = svc._feedback._published
     assert published is not None
     assert isinstance(getattr(published, "__self__", None), ResultsPublisher)
+
+
+def test_a_front_end_on_the_fleets_store_publishes_its_feedback(tmp_path: Path) -> None:
+    """A ``--kafka-publish`` front end with ``store.url`` answers ``POST /v1/feedback`` from
+    the fleet's store and re-judges the stored verdict there, but had no results publisher:
+    an outcome sent to its admin port (the helm chart's receiver Deployment, the web view it
+    serves) reached the store and never the results topic, which kept the old pass/fail. It
+    now starts the topic's publisher for its feedback alone (it evaluates nothing else)."""
+    cfg = replace(Config(), **{
+        "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "127.0.0.1:0",
+        "admin.endpoint": "127.0.0.1:0", "store.url": "postgresql://u@db:5432/e",
+        "kafka.brokers": "127.0.0.1:9", "kafka.publish": True,
+        "kafka.results_topic": "results"})
+    svc = Service(cfg, registry=CollectorRegistry())
+    published = svc._feedback._published
+    assert published is not None
+    publisher = getattr(published, "__self__", None)
+    assert isinstance(publisher, ResultsPublisher)
+    assert "ResultsPublisher" in svc._lifecycle(True).names  # started, so it sends
+    assert svc.engine.sinks == []  # nothing else: the workers publish what they evaluate
+
+
+def test_a_front_end_without_the_fleets_store_has_no_feedback_to_publish(
+        tmp_path: Path) -> None:
+    """Without ``store.url`` a front end's admin API reads an empty in-memory store: no
+    outcome is ever recorded there (404), so it starts no results publisher."""
+    cfg = replace(Config(), **{
+        "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "127.0.0.1:0",
+        "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "e.db"),
+        "kafka.brokers": "127.0.0.1:9", "kafka.publish": True,
+        "kafka.results_topic": "results"})
+    svc = Service(cfg, registry=CollectorRegistry())
+    assert svc._feedback._published is None
+    assert "ResultsPublisher" not in svc._lifecycle(True).names

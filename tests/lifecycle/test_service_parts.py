@@ -76,9 +76,12 @@ def test_the_publishing_front_end_starts_only_what_it_uses(tmp_path: Path, store
     them (a second front end on the volume refused), and forked a worker process per core."""
     url = {"store.url": "postgresql://u@db:5432/e"} if store == "postgresql" else {}
     svc = _service(tmp_path, **{"kafka.publish": True, "evaluation.workers": 4, **url})
+    # on the fleet's store, the results topic's publisher for the verdicts its feedback
+    # re-judges there (tests/kafka/test_kafka_results_feedback.py)
+    feedback = ["ResultsPublisher"] if store == "postgresql" else []
     assert svc._lifecycle(True).names == [
-        "instance lock", "store", "event loop", "admin", "kafka publisher", "listeners",
-        "kafka publisher start", "otlp grpc", "otlp http", "readiness"]
+        "instance lock", "store", "event loop", "admin", *feedback, "kafka publisher",
+        "listeners", "kafka publisher start", "otlp grpc", "otlp http", "readiness"]
     assert svc.spool is None and svc.pool is None and not svc._locks
     assert svc.engine.sinks == [] and svc.issues is None
     assert svc.grpc is not None and type(svc.grpc.ingest.engine).__name__ == "PublishingEngine"
