@@ -8,8 +8,11 @@ listener's address (DNS rebinding) reads nothing. An address is safe to serve: a
 rebind one, so a browser sends it only for a page the listener itself served. ``POST /v1/feedback``
 takes only ``Content-Type: application/json`` (415: a form cannot send it without a CORS
 preflight, which is never granted) and refuses (403) a request a browser marks as from
-another site (``Sec-Fetch-Site`` other than ``same-origin`` / ``none``) or whose ``Origin``
-is not the ``Host`` it was sent to (CSRF). Both checks are in ``browser_guard``.
+another site (``Sec-Fetch-Site`` other than ``same-origin`` / ``none``), or, from a browser
+that sends no ``Sec-Fetch-Site``, whose ``Origin`` is not the ``Host`` it was sent to (CSRF;
+as Go's ``http.CrossOriginProtection``: behind a TLS proxy that rewrites Host the Origin
+names the proxy, and the browser's ``same-origin`` still lets the run page write). Both
+checks are in ``browser_guard``.
 
 With ``admin.read_tokens`` / ``write_tokens`` set, every path but ``admin.public_paths``
 needs ``Authorization: Bearer <token>``: a read or write token for GET, a write token for
@@ -104,9 +107,11 @@ def cross_site(req: Request) -> Response | None:
     if ctype != "application/json":
         return _refusal(415, "expected Content-Type: application/json")
     site = (req.header("Sec-Fetch-Site") or "").strip().lower()
-    if site and site not in _OWN_FETCH:
-        return _refusal(403, f"refused: Sec-Fetch-Site {site[:40]!r}")
-    origin = req.header("Origin")
+    if site:  # the browser's word (a page cannot set it) decides: behind a proxy that
+        # rewrites Host (nginx's default), the page's own Origin is not the Host we get
+        return None if site in _OWN_FETCH else _refusal(
+            403, f"refused: Sec-Fetch-Site {site[:40]!r}")
+    origin = req.header("Origin")  # a browser without Fetch Metadata (before 2023)
     if origin is not None and _origin_host(origin) != (req.header("Host") or "").strip().lower():
         return _refusal(403, f"refused: Origin {origin[:100]!r} is not this host")
     return None

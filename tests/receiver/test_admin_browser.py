@@ -206,3 +206,29 @@ def test_a_reader_and_a_writer_of_one_name_both_hold_their_tokens() -> None:
         assert api.outcomes == [(TRACE, "failure")]
     finally:
         server.stop()
+
+
+def test_the_page_behind_a_proxy_that_rewrites_host_records_an_outcome(
+        open_admin: tuple[AdminServer, Api]) -> None:
+    """TLS in front (nginx ``proxy_pass http://127.0.0.1:8888``, whose default Host is the
+    upstream's): the run page at https://otel-eval.example posts with ``Origin:
+    https://otel-eval.example`` and ``Sec-Fetch-Site: same-origin`` while Host is
+    ``127.0.0.1:8888``. The Origin was compared with Host alone: every outcome from the form
+    was a 403. The browser's Sec-Fetch-Site (a page cannot set it) decides when it is sent."""
+    server, api = open_admin
+    status, body = _send(server.port, "POST", "/v1/feedback", FEEDBACK,
+                         Host=f"127.0.0.1:{server.port}", Content_Type="application/json",
+                         Origin="https://otel-eval.example", Sec_Fetch_Site="same-origin")
+    assert status == 200, body
+    assert api.outcomes == [(TRACE, "failure")]
+    # a browser that marks it from elsewhere is still refused, whatever its Origin
+    for site in ("cross-site", "same-site"):
+        assert _send(server.port, "POST", "/v1/feedback", FEEDBACK,
+                     Host=f"127.0.0.1:{server.port}", Content_Type="application/json",
+                     Origin=f"http://127.0.0.1:{server.port}", Sec_Fetch_Site=site)[0] == 403
+    # a browser without Fetch Metadata: the Origin must still name the Host
+    assert _send(server.port, "POST", "/v1/feedback", FEEDBACK,
+                 Host=f"127.0.0.1:{server.port}", Content_Type="application/json",
+                 Origin="https://otel-eval.example")[0] == 403
+    assert api.outcomes == [(TRACE, "failure")]
+

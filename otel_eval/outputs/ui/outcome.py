@@ -8,12 +8,12 @@ as each grader sees it, and the form that records what really happened.
 The form is sent by this package's one script (``/ui/static/outcome.js``; the policy allows
 ``script-src 'self'`` and ``connect-src 'self'``, nothing inline) as ``POST /v1/feedback``
 with ``Content-Type: application/json`` from this origin: the endpoint's own checks
-(``app.admin_access.cross_site``: JSON only, ``Sec-Fetch-Site`` same-origin, ``Origin`` this host)
-are what keep another site's page from sending it. Under ``admin.write_tokens`` the form asks
-for a write token, sent as ``Authorization: Bearer`` and kept nowhere (not in storage, not
-in the URL). A page is read with a read token; the write is authorized on its own. With
-``admin.read_tokens`` and no write token, no write can succeed: the page says so instead
-of showing the form.
+(``app.admin_access.cross_site``: JSON only, ``Sec-Fetch-Site`` same-origin, else
+``Origin`` this host) are what keep another site's page from sending it. Under
+``admin.write_tokens`` the form asks for a write token, sent as ``Authorization: Bearer``
+and kept nowhere (not in storage, not in the URL). A page is read with a read token; the
+write is authorized on its own. With ``admin.read_tokens`` and no write token, no write can
+succeed: the page says so instead of showing the form.
 """
 
 from __future__ import annotations
