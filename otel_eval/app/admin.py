@@ -265,6 +265,9 @@ def _page(sources: Sources, page: View) -> RouteHandler:
     return serve
 
 
+# the methods some route serves (HEAD wherever GET is); any other is _miss's 405
+_SERVED_METHODS = frozenset(("GET", "HEAD", "POST"))
+
 # OTLP/HTTP paths: an exporter sent to the admin port instead of the OTLP/HTTP receiver
 _OTLP_PATHS = frozenset(("/v1/traces", "/v1/logs", "/v1/metrics"))
 _OTLP_FIX = ("this is otel-eval's admin port; send OTLP/HTTP to the OTLP/HTTP receiver "
@@ -290,7 +293,7 @@ def _miss(req: Request) -> Response:
                     req.peer, quoted(req.path), _OTLP_FIX)
         return _json(404, {"error": why}, close=True)
     return _json(405, {"error": f"{quoted(req.method)} is not served here"},
-                 {"Allow": "GET, HEAD, POST"}, close=True)
+                 {"Allow": ", ".join(sorted(_SERVED_METHODS))}, close=True)
 
 
 class _Routes:
@@ -440,11 +443,12 @@ def _auth(config: AdminConfig) -> AdminAuth:
 
 def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
                  allowed_hosts: Iterable[str] = ()) -> Handler:
-    """Every request passes the browser checks (``browser_guard``) and is authorized (the web
-    view may send its token as Basic), its query bounded (414 past ``MAX_QUERY_BYTES``), then
-    routed (``routes``); a store that cannot answer is a 503 (``_store_read``). Without
-    tokens, only localhost, addresses and ``allowed_hosts`` are served as Host, whatever the
-    listener's address."""
+    """Every request passes the browser checks (``browser_guard``), a method no route serves
+    is a 405 with ``Allow`` (before any token is asked for: no token makes it served), and
+    it is authorized (the web view may send its token as Basic), its query bounded (414
+    past ``MAX_QUERY_BYTES``), then routed (``routes``); a store that cannot answer is a 503
+    (``_store_read``). Without tokens, only localhost, addresses and ``allowed_hosts`` are
+    served as Host, whatever the listener's address."""
     access = auth or _auth(AdminConfig())
     router = routes(api, access.writes)
     served_hosts = None if access.enabled else frozenset(h.lower() for h in allowed_hosts)
@@ -454,7 +458,9 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
         if (refused := browser_guard(req, path, served_hosts)) is not None:
             api.refused("admin", "forbidden")
             return refused
-        write = req.method not in ("GET", "HEAD")
+        if req.method not in _SERVED_METHODS:  # 405 with Allow, whatever the token
+            return _miss(req)
+        write = req.method == "POST"
         authorization = req.header("Authorization")
         ui = _is_ui(path) and not write
         status, why = access.check(path, basic_as_bearer(authorization) if ui

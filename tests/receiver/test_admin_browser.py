@@ -232,3 +232,28 @@ def test_the_page_behind_a_proxy_that_rewrites_host_records_an_outcome(
                  Origin="https://otel-eval.example")[0] == 403
     assert api.outcomes == [(TRACE, "failure")]
 
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH"])
+@pytest.mark.parametrize("authorization", [None, "r" * 32, "w" * 32])
+def test_a_method_not_served_is_405_with_tokens_too(method: str,
+                                                    authorization: str | None) -> None:
+    """docs/api.md: any method but GET, HEAD and POST is a 405 with Allow. With tokens the
+    token check came first: a PUT was a 401 (no token) or 403 (a read token, "this token may
+    not write"), as if a token could make it served."""
+    api = Api()
+    server = _server(api, AdminConfig(endpoint="127.0.0.1:0", read_tokens={"r": "r" * 32},
+                                      write_tokens={"w": "w" * 32}))
+    try:
+        headers = {} if authorization is None else {"Authorization": f"Bearer {authorization}"}
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        try:
+            conn.request(method, "/v1/feedback", FEEDBACK,
+                         {"Content-Type": "application/json", **headers})
+            resp = conn.getresponse()
+            resp.read()
+            assert (resp.status, resp.getheader("Allow")) == (405, "GET, HEAD, POST")
+        finally:
+            conn.close()
+        assert api.outcomes == []
+    finally:
+        server.stop()
