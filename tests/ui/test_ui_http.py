@@ -80,6 +80,15 @@ def test_the_outcome_script_is_served_and_writes_text_only(ui_url: str) -> None:
     assert get(ui_url + "/ui/static/other.js")[0] == 404
 
 
+@pytest.mark.parametrize("name", ["style.css", "outcome.js"])
+def test_a_static_file_takes_a_trailing_slash_as_every_path(ui_url: str, name: str) -> None:
+    """docs/api.md: every path, the API's and the web view's, takes trailing slashes. The
+    static files' route alone did not: ``/ui/static/style.css/`` was a 404."""
+    plain = get(ui_url + f"/ui/static/{name}")
+    slashed = get(ui_url + f"/ui/static/{name}/")
+    assert slashed[0] == plain[0] == 200 and slashed[2] == plain[2]
+
+
 def test_filters_are_the_results_api_s(ui_url: str) -> None:
     _, _, failed = get(ui_url + "/ui/?passed=false&detector=loop:repeated_call")
     assert GUIDE_ID.encode() in failed and HOSTILE_ID.encode() in failed

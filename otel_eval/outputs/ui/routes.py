@@ -222,7 +222,7 @@ PAGES: tuple[tuple[str, View], ...] = (
     (r"/ui/sessions/*", _sessions),
     (r"/ui/sessions/(.*[^/])/*", _session),
     (r"/ui/calibration/*", _calibration),
-    (r"/ui/static/(style\.css|outcome\.js)", _static),
+    (r"/ui/static/(style\.css|outcome\.js)/*", _static),
     (r"/ui/runs/([0-9a-fA-F]{32})(?:/steps/([0-9]{1,9}))?/*", _run_page),
     (r"/ui(?:/.*)?", _no_page),
 )
