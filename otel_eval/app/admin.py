@@ -68,7 +68,7 @@ from urllib.parse import parse_qs, unquote
 from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin_access import AdminAuth, basic_as_bearer, browser_guard
-from otel_eval.base.configcheck import FieldErrors, ascii_int, validate
+from otel_eval.base.configcheck import FieldErrors, ascii_int, parse_endpoint, validate
 from otel_eval.base.model import is_trace_id
 from otel_eval.base.printable import quoted
 from otel_eval.decode.body import BodyError, loads_bounded
@@ -86,6 +86,7 @@ from otel_eval.receive.security import (
     TlsServerConfig,
     exposed_insecurely,
     exposure_problems,
+    is_loopback,
     token_problems,
 )
 from otel_eval.store.failures import write_failure
@@ -118,7 +119,8 @@ class AdminConfig:
     # Without read or write tokens, the Host names served besides localhost and IP addresses
     # (any port; e.g. [otel-eval.monitoring.svc] for clients that use a Service's name). Any
     # other Host is 421: a page whose name was rebound to this address (DNS rebinding) reads
-    # nothing. With tokens, the tokens decide, whatever the Host.
+    # nothing. With tokens, the tokens decide, whatever the Host, but for public_paths on a
+    # loopback endpoint: those are served to these names too.
     allowed_hosts: list[str] = field(default_factory=list)
     # The page of one trace in your trace backend, `{trace_id}` replaced by the 32-hex id
     # (e.g. http://jaeger:16686/trace/{trace_id}); the web view's run page links to it.
@@ -442,20 +444,27 @@ def _auth(config: AdminConfig) -> AdminAuth:
 
 
 def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
-                 allowed_hosts: Iterable[str] = ()) -> Handler:
+                 allowed_hosts: Iterable[str] = (), loopback: bool = False) -> Handler:
     """Every request passes the browser checks (``browser_guard``), a method no route serves
     is a 405 with ``Allow`` (before any token is asked for: no token makes it served), and
     it is authorized (the web view may send its token as Basic), its query bounded (414
     past ``MAX_QUERY_BYTES``), then routed (``routes``); a store that cannot answer is a 503
     (``_store_read``). Without tokens, only localhost, addresses and ``allowed_hosts`` are
-    served as Host, whatever the listener's address."""
+    served as Host, whatever the listener's address; with tokens, on a ``loopback``
+    listener, so are the public paths (served without a token: a rebound page has none)."""
     access = auth or _auth(AdminConfig())
     router = routes(api, access.writes)
-    served_hosts = None if access.enabled else frozenset(h.lower() for h in allowed_hosts)
+    served_hosts = frozenset(h.lower() for h in allowed_hosts)
+
+    def host_checked(path: str, method: str) -> frozenset[str] | None:
+        """The names served besides localhost and addresses, None when any Host is."""
+        if not access.enabled or (loopback and access.is_public(path, method == "POST")):
+            return served_hosts
+        return None
 
     def handle(req: Request) -> Response:
         path = req.path.rstrip("/") or "/"
-        if (refused := browser_guard(req, path, served_hosts)) is not None:
+        if (refused := browser_guard(req, path, host_checked(path, req.method))) is not None:
             api.refused("admin", "forbidden")
             return refused
         if req.method not in _SERVED_METHODS:  # 405 with Allow, whatever the token
@@ -491,7 +500,8 @@ class AdminServer:
     def start(self) -> None:
         tls = TlsFiles(self.config.tls, "admin") if self.config.tls.enabled else None
         handler = make_handler(self.api, _auth(self.config),
-                               allowed_hosts=self.config.allowed_hosts)
+                               allowed_hosts=self.config.allowed_hosts,
+                               loopback=is_loopback(parse_endpoint(self.endpoint)[0]))
         # when full, a new connection closes the oldest partial request (never a token
         # holder's): a flood of partial requests cannot deny the API and the web view
         self._server = HttpServer(self.endpoint, handler, name="otel-eval-admin",

@@ -18,7 +18,9 @@ With ``admin.read_tokens`` / ``write_tokens`` set, every path but ``admin.public
 needs ``Authorization: Bearer <token>``: a read or write token for GET, a write token for
 POST (401 without a known token, 403 for a read token on a write). A browser on ``/ui/`` may
 send the token as the password of HTTP Basic authentication (any user name): a 401 there
-asks for it with ``WWW-Authenticate: Basic``.
+asks for it with ``WWW-Authenticate: Basic``. The public paths, served without a token, keep
+the Host check on a loopback listener (``app.admin.make_handler``): a rebound page has no
+token, but needs none there.
 """
 
 from __future__ import annotations
@@ -74,9 +76,13 @@ class AdminAuth:
             return "open"
         return "token" if self.writers.enabled else "closed"
 
+    def is_public(self, path: str, write: bool) -> bool:
+        """Served without a token (``admin.public_paths``: Prometheus, probes)."""
+        return path in self.public and not write
+
     def check(self, path: str, authorization: str | None, write: bool) -> tuple[int, str]:
         """(0, sender) when allowed, else (401 or 403, why)."""
-        if not self.enabled or (path in self.public and not write):
+        if not self.enabled or self.is_public(path, write):
             return 0, ""
         reader = self.readers.identify(authorization)
         if reader is None:

@@ -128,8 +128,10 @@ def test_allowed_hosts_are_names(bad: str) -> None:
 
 
 def test_with_tokens_any_host_is_left_to_the_tokens() -> None:
+    """Beyond loopback; on a loopback listener the public paths check the Host (below)."""
     api = Api()
-    server = _server(api, AdminConfig(endpoint="127.0.0.1:0", read_tokens={"r": "t" * 32}))
+    server = _server(api, AdminConfig(endpoint="0.0.0.0:0", read_tokens={"r": "t" * 32},
+                                      allow_insecure_non_loopback=True))
     try:
         assert _send(server.port, "GET", "/healthz", Host="otel-eval.internal:8888")[0] == 200
         assert _send(server.port, "GET", f"/v1/evaluations/{TRACE}",
@@ -255,5 +257,35 @@ def test_a_method_not_served_is_405_with_tokens_too(method: str,
         finally:
             conn.close()
         assert api.outcomes == []
+    finally:
+        server.stop()
+
+
+def test_with_tokens_a_loopback_listener_serves_its_public_paths_to_no_rebound_name() -> None:
+    """With admin tokens the Host check was off, so a page whose name was rebound to
+    127.0.0.1 read the paths served without a token: /metrics names services, agents and
+    issues and carries trace-id exemplars. On a loopback listener (its scrapers are on this
+    host: localhost, an address) a public path now takes the Host check too; the token paths
+    are left to the tokens, and a listener beyond loopback (scraped by a Service's or a
+    container's name) is unchanged."""
+    api = Api()
+    token = "t" * 32
+    server = _server(api, AdminConfig(endpoint="127.0.0.1:0", read_tokens={"r": token},
+                                      allowed_hosts=["otel-eval.local"]))
+    try:
+        for path in ("/metrics", "/healthz", "/readyz/"):
+            assert _send(server.port, "GET", path, Host="attacker.example:8888")[0] == 421
+            for host in (f"localhost:{server.port}", f"127.0.0.1:{server.port}",
+                         "otel-eval.local"):
+                assert _send(server.port, "GET", path, Host=host)[0] == 200, (path, host)
+        # the paths that need a token: the token decides, whatever the Host
+        assert _send(server.port, "GET", f"/v1/evaluations/{TRACE}", Host="otel-eval.internal",
+                     Authorization=f"Bearer {token}")[0] == 200
+    finally:
+        server.stop()
+    server = _server(api, AdminConfig(endpoint="0.0.0.0:0", read_tokens={"r": token},
+                                      allow_insecure_non_loopback=True))
+    try:
+        assert _send(server.port, "GET", "/metrics", Host="otel-eval:8888")[0] == 200
     finally:
         server.stop()
