@@ -6,6 +6,8 @@ may last, and the run's own span, measured on one clock, says how long it took."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from trajectory_factory import TRACE_ID, sid
 
@@ -117,3 +119,34 @@ def test_a_remote_agent_on_a_clock_behind_its_client_span_lost_is_not_the_runs_a
     t = build_trajectory(Trace(TRACE_ID, spans, "complete"), TrajectoryConfig())
     assert (t.service, t.root_span_id, t.agent) == ("orch", sid("root"), "orchestrator")
     assert [s.span_id for s in t.steps][:2] == [sid("root"), sid("a-chat")]
+
+
+def _said(text: str) -> dict[str, str]:
+    return {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+            "gen_ai.output.messages": json.dumps([{
+                "role": "assistant", "parts": [{"type": "text", "content": text}],
+                "finish_reason": "stop"}])}
+
+
+def test_a_remote_agents_reply_its_client_span_lost_is_not_the_runs_answer() -> None:
+    """The orchestrator's root recorded no result; the agent it called in another service has
+    its entry span (parent flagged remote) at the top level, its client span not in the trace,
+    its clock ahead. Its steps follow the orchestrator's (their place in the run is unknown),
+    so its last model call ("research notes") was read as the run's answer. The answer is the
+    orchestrator's own last reply."""
+    orch, research = {"service.name": "orch"}, {"service.name": "research"}
+    spans = [
+        Span(TRACE_ID, sid("root"), None, "invoke_agent orchestrator", T, T + 10 * S,
+             attributes={"gen_ai.operation.name": "invoke_agent",
+                         "gen_ai.agent.name": "orchestrator"}, resource=orch),
+        Span(TRACE_ID, sid("a-chat"), sid("root"), "chat", T + 8 * S, T + 9 * S,
+             attributes=_said("final answer"), resource=orch, parent_remote=False),
+        Span(TRACE_ID, sid("served"), sid("call"), "invoke_agent researcher", T + 3 * S,
+             T + 20 * S, kind="server", resource=research, parent_remote=True,
+             attributes={"gen_ai.operation.name": "invoke_agent",
+                         "gen_ai.agent.name": "researcher"}),
+        Span(TRACE_ID, sid("b-chat"), sid("served"), "chat", T + 18 * S, T + 19 * S,
+             attributes=_said("research notes"), resource=research, parent_remote=False),
+    ]
+    t = build_trajectory(Trace(TRACE_ID, spans, "complete"), TrajectoryConfig())
+    assert (t.agent, t.answer, t.output) == ("orchestrator", "final answer", "final answer")

@@ -51,7 +51,8 @@ output are read last. Promises:
   every agent is an agent step named by its class (``<Class>.forward``), and a DSPy module's
   result is its Prediction's ``answer`` (another value is unknown, and so is the run's output);
 - input/output come from the agent (or root) span (a GenAI workflow root's own first: its
-  agents are steps of it), else from the LLM messages (the output is
+  agents are steps of it), else from the LLM messages, never those of a called service
+  whose client span is not in the trace (``_detached``: their place is unknown) (the output is
   the last LLM answer when the agent's result only wraps it, as a graph state or a repr); the
   task read from messages (the agent's or root's input, else the first LLM call's) is the last
   user request there, the messages before it history;
@@ -234,7 +235,8 @@ def is_run(trace: Trace) -> bool:
 def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     spans = dedupe(trace.spans)
     builder = StepBuilder(config, trace.logs, spans)
-    for span, depth in tree_order(spans):
+    order = tree_order(spans)
+    for span, depth in order:
         builder.add(span, depth)
     draft = Draft(builder.steps, builder.tools, config.max_rebuilt_steps,
                   config.max_rebuilt_calls, builder.scope, builder.agents_with_tools,
@@ -246,7 +248,10 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
                       and s.span_id == root_span.span_id), None)
     agent = _agent_step(builder)
     name, source = _agent_name(builder, agent)
-    llm = [s for s in builder.steps if s.kind == "llm"]
+    # the run's LLM calls: not a called service's whose client span is not in the trace (its
+    # place in the run unknown, its steps follow the run's tree: its last reply no answer)
+    detached = _detached(order, spans)
+    llm = [s for s in builder.steps if s.kind == "llm" and s.span_id not in detached]
     # the run's own messages: its agent's, then its root's; a workflow root's first (the
     # GenAI conventions' ``invoke_workflow``: the workflow's input and output, where its
     # agents' are the steps of it, the first agent's result no answer of the run's)
@@ -291,6 +296,29 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         user_id=builder.conversation.user.value,
         conversation_sources=builder.conversation.sources,
     )
+
+
+def _detached(order: list[tuple[Span, int]], spans: list[Span]) -> set[str]:
+    """The span ids under an entry of another service than the run's (``model.run_span``'s)
+    whose parent is upstream (flagged remote, not in the trace), the entry's included: a
+    called service's spans whose client span was lost, put after the run's tree
+    (``tree_order``) for want of their place in it. Entries of the run's own service (the
+    run called from upstream: a framework's spans under one remote parent) are the run's."""
+    run = run_span(spans)
+    service = run.resource.get("service.name") if run is not None else None
+    ids = {span.span_id for span, _ in order}
+    out: set[str] = set()
+    inside = -1  # the depth of the entry whose subtree is being read, else -1
+    for span, depth in order:
+        if inside >= 0 and depth > inside:
+            out.add(span.span_id)
+            continue
+        inside = -1
+        if span.parent_remote is True and span.parent_span_id not in ids \
+                and span.resource.get("service.name") != service:
+            inside = depth
+            out.add(span.span_id)
+    return out
 
 
 def _text_of(raw: str | None,
