@@ -150,3 +150,31 @@ def test_a_remote_agents_reply_its_client_span_lost_is_not_the_runs_answer() -> 
     ]
     t = build_trajectory(Trace(TRACE_ID, spans, "complete"), TrajectoryConfig())
     assert (t.agent, t.answer, t.output) == ("orchestrator", "final answer", "final answer")
+
+
+def test_a_remote_agent_called_by_an_orchestrator_whose_root_never_came_is_not_its_agent() -> None:
+    """The orchestrator's root (its agent span) never came; its call of the agent of another
+    service (an ``invoke_agent`` span of kind client) is the shallowest agent span left, so
+    the run's agent was the called one ("researcher": its metrics, history and issues). The
+    caller, not in the trace, is the run's agent: unknown here (the service's history may
+    name it), named when the orchestrator's own spans carry its name."""
+    orch, research = {"service.name": "orch"}, {"service.name": "research"}
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}
+    call = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "researcher"}
+    spans = [
+        Span(TRACE_ID, sid("served"), sid("call"), "invoke_agent researcher", T, T + 5 * S,
+             kind="server", attributes=call, resource=research, parent_remote=True),
+        Span(TRACE_ID, sid("b-chat"), sid("served"), "chat", T, T + 4 * S,
+             attributes=chat, resource=research, parent_remote=False),
+        Span(TRACE_ID, sid("a-chat"), sid("root"), "chat", T - S, T, attributes=chat,
+             resource=orch, parent_remote=False),
+        Span(TRACE_ID, sid("call"), sid("root"), "invoke_agent researcher", T, T + 8 * S,
+             kind="client", attributes=call, resource=orch, parent_remote=False),
+    ]
+    t = build_trajectory(Trace(TRACE_ID, spans, "incomplete"), TrajectoryConfig())
+    assert (t.service, t.agent, t.agent_source) == ("orch", None, "unknown")
+    spans[2] = Span(TRACE_ID, sid("a-chat"), sid("root"), "chat", T - S, T,
+                    attributes={**chat, "gen_ai.agent.name": "orchestrator"}, resource=orch,
+                    parent_remote=False)
+    t = build_trajectory(Trace(TRACE_ID, spans, "incomplete"), TrajectoryConfig())
+    assert (t.agent, t.agent_source) == ("orchestrator", "child_span")

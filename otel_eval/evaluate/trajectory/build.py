@@ -40,7 +40,9 @@ output are read last. Promises:
   mini-swe-agent) that no span ran are rebuilt the same way (``trajectory.code_actions``),
   what was read counted in ``Trajectory.code_actions``;
 - the root is ``model.local_root`` (``root_span_id``, ``root_step``), the span results are
-  attached to ``model.run_span_id``; the agent is the top agent, descending through wrapper
+  attached to ``model.run_span_id``; the agent is the top agent (never a called service's
+  whose client span is lost, nor a remote agent, kind client, whose caller is not in the
+  trace: that caller may be the run's agent), descending through wrapper
   agents that do no work of their own (the OpenAI Agents SDK's ``Agent workflow``; under a
   framework's default name around several agents, into the first to start: a hand-off's); its
   name, unless a framework's default (``conventions.agent_names``: never an agent's name),
@@ -97,16 +99,18 @@ from otel_eval.store.sessions import MAX_SERVICE_CHARS
 __all__ = ["build_trajectory", "is_run", "tree_order"]
 
 
-def _agent_step(builder: StepBuilder) -> Step | None:
+def _agent_step(builder: StepBuilder, outside: set[str]) -> Step | None:
     """The run's agent: the shallowest agent step, then down through wrappers (an agent with
     no LLM or tool step of its own around exactly one agent, or, under a framework's default
     name, around several: the first of them to start is the one the run began with, as the
     OpenAI Agents SDK's ``Agent workflow`` holds the agent the user ran and the agents it
     handed off to). One that does work under a framework's default name is still the run's
-    agent: its name is unknown, not the inner agent's."""
+    agent: its name is unknown, not the inner agent's. The agent steps of ``outside`` (span
+    ids: other runs' parts, ``_detached``, ``_remote_calls``) are none of the run's."""
     top = None
     for step in builder.steps:
-        if step.kind == "agent" and (top is None or step.depth < top.depth):
+        if step.kind == "agent" and step.span_id not in outside \
+                and (top is None or step.depth < top.depth):
             top = step
     if top is None:
         return None
@@ -246,11 +250,14 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     root_span = local_root(spans)
     root_step = next((s for s in builder.steps if root_span is not None
                       and s.span_id == root_span.span_id), None)
-    agent = _agent_step(builder)
+    # the run's agent: not a called service's whose client span was lost, nor a remote agent
+    # called by a caller not in the trace
+    agents = {s.span_id for s in builder.steps if s.kind == "agent"}
+    detached = _detached(order, spans)
+    agent = _agent_step(builder, detached | _remote_calls(order, agents, root_span))
     name, source = _agent_name(builder, agent)
     # the run's LLM calls: not a called service's whose client span is not in the trace (its
     # place in the run unknown, its steps follow the run's tree: its last reply no answer)
-    detached = _detached(order, spans)
     llm = [s for s in builder.steps if s.kind == "llm" and s.span_id not in detached]
     # the run's own messages: its agent's, then its root's; a workflow root's first (the
     # GenAI conventions' ``invoke_workflow``: the workflow's input and output, where its
@@ -307,15 +314,33 @@ def _detached(order: list[tuple[Span, int]], spans: list[Span]) -> set[str]:
     run = run_span(spans)
     service = run.resource.get("service.name") if run is not None else None
     ids = {span.span_id for span, _ in order}
+    return _subtrees(order, lambda s: s.parent_remote is True and s.parent_span_id not in ids
+                     and s.resource.get("service.name") != service)
+
+
+def _remote_calls(order: list[tuple[Span, int]], agents: set[str],
+                  root: Span | None) -> set[str]:
+    """The span ids under a call of a remote agent (an agent span of kind client) whose caller
+    is not in the trace (its parent absent; not the root), the call included: the caller,
+    which may be the run's agent (an orchestrator whose root never came), is unknown, and the
+    agent it called is not the run's."""
+    ids = {span.span_id for span, _ in order}
+    return _subtrees(order, lambda s: s.kind == "client" and s.span_id in agents
+                     and s is not root and s.parent_span_id is not None
+                     and s.parent_span_id not in ids)
+
+
+def _subtrees(order: list[tuple[Span, int]], starts: Callable[[Span], bool]) -> set[str]:
+    """The span ids of the spans of ``order`` (``tree_order``) that ``starts`` holds for and
+    of every span under them."""
     out: set[str] = set()
-    inside = -1  # the depth of the entry whose subtree is being read, else -1
+    inside = -1  # the depth of the span whose subtree is being read, else -1
     for span, depth in order:
         if inside >= 0 and depth > inside:
             out.add(span.span_id)
             continue
         inside = -1
-        if span.parent_remote is True and span.parent_span_id not in ids \
-                and span.resource.get("service.name") != service:
+        if starts(span):
             inside = depth
             out.add(span.span_id)
     return out
