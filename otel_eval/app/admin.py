@@ -8,7 +8,7 @@
                                         alive; 503 {"reason": ...} otherwise (a store
                                         refusing writes or a stage that died: named)
     GET  /v1/evaluations?service=&agent=&task_id=&status=&passed=&detector=&since=&until=&window=
-                        &limit=&cursor=
+                        &counted_since=&counted_until=&counted_window=&limit=&cursor=
                                         newest first, the per-trace JSON objects, one page:
                                         {"evaluations": [...], "next_cursor": ... | null};
                                         a bad parameter is a 400 naming it (otel_eval.store.query)

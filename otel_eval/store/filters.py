@@ -146,6 +146,13 @@ def conditions(q: EvaluationQuery, d: Dialect) -> tuple[list[str], list[Any]]:
     if q.until_ns is not None:
         where.append(f"evaluated_at_ns < {m}")
         args.append(q.until_ns)
+    if q.counted_since_ns is not None:  # a run is evaluated again after its first, never
+        # before: the time index bounds the rows looked at
+        where.append(f"first_evaluated_at_ns >= {m} AND evaluated_at_ns >= {m}")
+        args += [q.counted_since_ns] * 2
+    if q.counted_until_ns is not None:
+        where.append(f"first_evaluated_at_ns < {m}")
+        args.append(q.counted_until_ns)
     if q.cursor is not None:  # strictly after the previous page's last row (the first term
         # starts the index range there: no newer row is looked at, nor its body read)
         where.append(f"evaluated_at_ns <= {m} AND (evaluated_at_ns < {m} OR "

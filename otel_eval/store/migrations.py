@@ -50,6 +50,11 @@ Both stores keep the same tables, with each engine's types:
        session metrics count, which ``counted_since``/``counted_until`` select on (a late
        turn's re-completion moves ``completed_at_ns``); backfilled where the completion
        stored is the first, NULL (in no counted window) for one completed more than once
+   19  evaluations.first_evaluated_at_ns: when a run was first evaluated, the evaluation the
+       run metrics count, which the runs' ``counted_since``/``counted_until`` select on (a
+       re-evaluation after late spans, counted only as superseded, moves
+       ``evaluated_at_ns``); backfilled for revision 0 (no late spans came), NULL (in no
+       counted window) for a run re-evaluated before it
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -150,6 +155,21 @@ def _sqlite_first_completion(execute: Callable[..., Any]) -> None:
     execute(backfill)
 
 
+# Migration 19: the first evaluation's time (``EvaluationStore.put_many`` keeps it)
+_FIRST_EVALUATED = "ALTER TABLE evaluations ADD COLUMN first_evaluated_at_ns {}"
+_FIRST_EVALUATED_BACKFILL = ("UPDATE evaluations SET first_evaluated_at_ns = evaluated_at_ns "
+                             "WHERE revision = 0")
+
+
+def _sqlite_first_evaluated(execute: Callable[..., Any]) -> None:
+    """Migration 19 on SQLite (no ``ADD COLUMN IF NOT EXISTS``): the column once, then the
+    backfill (the same values again if run again)."""
+    if "first_evaluated_at_ns" not in {
+            row[1] for row in execute("PRAGMA table_info(evaluations)")}:
+        execute(_FIRST_EVALUATED.format("INTEGER"))
+    execute(_FIRST_EVALUATED_BACKFILL)
+
+
 def _backfill_started(start: str, differs: str = "") -> str:
     """The start of each stored turn, from its body (``start``: the dialect's integer at
     ``start_time_unix_nano``, NULL when none); the rows without a session are not read by it.
@@ -235,6 +255,7 @@ SQLITE: tuple[Migration, ...] = (
     (16, "evaluation span ids", (_sqlite_span_ids,)),
     (17, "run starts read again", (_backfill_started(_SQLITE_START, "IS NOT"),)),
     (18, "session first completions", (_sqlite_first_completion,)),
+    (19, "run first evaluations", (_sqlite_first_evaluated,)),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -323,6 +344,10 @@ POSTGRESQL: tuple[Migration, ...] = (
     )),
     (17, "run starts read again", (_backfill_started(_PG_START, "IS DISTINCT FROM"),)),
     (18, "session first completions", sessions_first_completion("BIGINT", " IF NOT EXISTS")),
+    (19, "run first evaluations", (
+        _FIRST_EVALUATED.format("BIGINT").replace("ADD COLUMN", "ADD COLUMN IF NOT EXISTS"),
+        _FIRST_EVALUATED_BACKFILL,
+    )),
 )
 
 LATEST = SQLITE[-1][0]

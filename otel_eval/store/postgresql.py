@@ -90,8 +90,9 @@ _SINCE_AFTER = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE e
 T = TypeVar("T")
 _SESSIONS = session_sql("%s", "chr", "STRPOS")
 
-_UPSERT = f"""INSERT INTO evaluations AS e ({ROW_COLUMNS})
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+# first_evaluated_at_ns (migration 19) is set by the insert alone: a re-evaluation keeps it
+_UPSERT = f"""INSERT INTO evaluations AS e ({ROW_COLUMNS}, first_evaluated_at_ns)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (trace_id) DO UPDATE SET revision = excluded.revision,
     evaluated_at_ns = excluded.evaluated_at_ns, service = excluded.service,
     agent = excluded.agent, task_id = excluded.task_id, status = excluded.status,
@@ -469,7 +470,7 @@ class PostgresStore(KeptSessions):
 def _upsert(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> list[bool]:
     """The rows, and their sessions' rows (``session_rows``), in one transaction."""
     with conn.transaction(), conn.cursor() as cur:
-        cur.executemany(_UPSERT, rows, returning=True)
+        cur.executemany(_UPSERT, [(*row, row[2]) for row in rows], returning=True)
         before: list[str | bool | None] = []
         while True:
             row = cur.fetchone()

@@ -17,6 +17,15 @@
                                       duration ("15m", "1h", "1h30m"), so since = until - window
                                       (the later of the two with ``since``): what a dashboard
                                       point over ``[$window]`` counts, up to its time
+    counted_since, counted_until      the window the run metrics count the run in, as the
+                                      alerts' and the dashboard's links give it: when it was
+                                      first evaluated (``first_evaluated_at_ns``; a
+                                      re-evaluation after late spans counts only as
+                                      superseded, and moves the evaluation time), Unix seconds
+                                      or RFC 3339; since <= t < until. A run re-evaluated
+                                      before migration 19 is in no such window
+    counted_window                    with ``counted_until``: the window before it, as
+                                      ``window``
     limit                             1..1000, default 20
     cursor                            ``next_cursor`` of the previous page
 
@@ -52,7 +61,8 @@ MAX_KINDS = 16
 # largest size stored (trajectory.max_result_bytes, 4 MiB), or 1,000 of 16 kB.
 MAX_PAGE_BYTES = 16 * 1024 * 1024
 _TEXT = ("service", "agent", "task_id", "status", "detector")
-PARAMETERS = (*_TEXT, "passed", "since", "until", "window", "limit", "cursor")
+PARAMETERS = (*_TEXT, "passed", "since", "until", "window", "counted_since", "counted_until",
+              "counted_window", "limit", "cursor")
 
 
 # How the metrics label a run's service and agent (``telemetry.labels``: missing or "" is
@@ -151,6 +161,10 @@ class EvaluationQuery:
     # Evaluation time bounds, Unix nanoseconds: since <= t < until; None = open.
     since_ns: int | None = None
     until_ns: int | None = None
+    # When the run was first evaluated, Unix nanoseconds: since <= t < until (the window the
+    # run metrics counted it in; None = open).
+    counted_since_ns: int | None = None
+    counted_until_ns: int | None = None
     # Page size, 1..1000.
     limit: int = 20
     # Position after the previous page's last row; None = the newest.
@@ -182,10 +196,11 @@ class EvaluationQuery:
         kwargs: dict[str, Any] = {k: values[k] or None for k in _TEXT if k in values}
         if "passed" in values:
             kwargs["passed"] = _boolean(values["passed"])
-        for name in ("since", "until"):
+        for name in ("since", "until", "counted_since", "counted_until"):
             if name in values:
                 kwargs[f"{name}_ns"] = parse_time(name, values[name])
         windowed(values, kwargs, "window", "since", "until")
+        windowed(values, kwargs, "counted_window", "counted_since", "counted_until")
         if "limit" in values:
             if not is_ascii_digits(values["limit"]) or len(values["limit"]) > 4:
                 raise QueryError("limit", f"must be an integer in 1..{MAX_LIMIT}")

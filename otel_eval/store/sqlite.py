@@ -75,6 +75,11 @@ _SINCE_AFTER = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE e
                 " ORDER BY evaluated_at_ns DESC, trace_id")
 # The row a judge or feedback read: trace id, revision, and its evaluation time when given
 # (None: any; a replay evaluates a trace at the same revision again)
+# A run's row; first_evaluated_at_ns (migration 19), the first evaluation's time, is kept by a
+# re-evaluation (NULL kept: one re-evaluated before it was recorded)
+_PUT = (f"INSERT OR REPLACE INTO evaluations ({ROW_COLUMNS}, first_evaluated_at_ns) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?, (SELECT CASE WHEN COUNT(*) = 0 THEN ? ELSE "
+        "MAX(first_evaluated_at_ns) END FROM evaluations WHERE trace_id = ?))")
 _READ = "trace_id = ? AND revision = ? AND (? IS NULL OR evaluated_at_ns = ?)"
 
 
@@ -224,8 +229,7 @@ class SqliteStore(KeptSessions):
             for row in rows:  # a trace twice in the batch: the second supersedes
                 before.append(stored.get(row[0], False))
                 stored[row[0]] = row[10]
-            cur.executemany(f"INSERT OR REPLACE INTO evaluations ({ROW_COLUMNS}) "
-                            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            cur.executemany(_PUT, [(*row, row[2], row[0]) for row in rows])
             writes = session_writes(rows, before)
             cur.executemany(self._session_sql["upsert"], writes.upserts)
             cur.executemany(self._session_sql["gone"], writes.left)

@@ -89,10 +89,13 @@ def test_an_alert_link_lists_exactly_the_runs_its_metric_counts(tmp_path: Path) 
 
 def test_an_alert_link_opens_the_window_its_expression_counts(tmp_path: Path) -> None:
     """An agent alert's link lists the runs of the window its expression counts (15, 30 or
-    60 minutes up to the evaluation that fired it: `since`, `until`), not the newest runs of
-    the agent. Before, it carried no window: opened when the alert fired, or an hour later,
-    the list began with whatever ran since, and the runs that fired it were further down or
-    on a later page."""
+    60 minutes up to the evaluation that fired it: `counted_since`, `counted_until`), not the
+    newest runs of the agent. Before, it carried no window: opened when the alert fired, or
+    an hour later, the list began with whatever ran since, and the runs that fired it were
+    further down or on a later page. The window is of the runs' first evaluations, which the
+    metrics count: a run re-evaluated after late spans (counted only as superseded) stays in
+    the window that counted it, and is not in the one its re-evaluation fell in (before, the
+    stored evaluation time, which the re-evaluation moves, was selected on)."""
     now_s = 1_800_000_000
     store = Store(str(tmp_path / "s.db"))
     checked = 0
@@ -102,7 +105,7 @@ def test_an_alert_link_opens_the_window_its_expression_counts(tmp_path: Path) ->
             continue
         window_s = 60 * max(int(m) for m in re.findall(r"\[(\d+)m\]", rule["expr"]))
         params = _link(template, now_s=now_s)
-        assert (params.get("since"), params.get("until")) == (
+        assert (params.get("counted_since"), params.get("counted_until")) == (
             [str(now_s - window_s)], [str(now_s)]), rule["alert"]
         # a looping, non-terminated, overrun run before the window, one in it, one after
         edges = (now_s - window_s - 1, now_s - window_s, now_s - 1, now_s)
@@ -114,6 +117,11 @@ def test_an_alert_link_opens_the_window_its_expression_counts(tmp_path: Path) ->
                            Verdict(False, []), evaluated_at_ns=t * 10**9)
                 for i, t in enumerate(edges)]
         store.put_many(runs)
+        # late spans: the run before the window re-evaluated in it, the last one in it after
+        for run, t in ((runs[0], now_s - 1), (runs[2], now_s + 60)):
+            store.put_many([dataclasses.replace(
+                run, trajectory=dataclasses.replace(run.trajectory, revision=1),
+                evaluated_at_ns=t * 10**9)])
         listed = {b["trace_id"] for b in store.query(EvaluationQuery.from_params(
             {**params, "limit": ["100"]})).evaluations} & {r.trace_id for r in runs}
         assert listed == {runs[1].trace_id, runs[2].trace_id}, rule["alert"]
@@ -227,8 +235,9 @@ def test_a_panel_series_links_exactly_the_runs_it_counts(tmp_path: Path) -> None
 def test_a_panel_point_links_the_runs_its_window_counts(tmp_path: Path) -> None:
     """A point of a per-trace panel (the shares and counts over the Share window
     ``$window``) counts the runs of the window up to its time: its link lists those
-    (``until`` the point's time, Grafana's ``${__value.time:date:seconds}``, and ``window``
-    the dashboard's ``${window}``), not every run of the dashboard's range. Before, it
+    (``counted_until`` the point's time, Grafana's ``${__value.time:date:seconds}``, and
+    ``counted_window`` the dashboard's ``${window}``: of the runs' first evaluations, which
+    the metrics count), not every run of the dashboard's range. Before, it
     carried the range (``${__from}``, ``${__to}``): a spike clicked at 14:00 on a 24-hour
     graph listed the day's runs newest first, the hour behind the spike pages down."""
     start_s, end_s = 1_800_000_000, 1_800_086_400  # a 24 hour range

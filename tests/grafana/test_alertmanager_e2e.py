@@ -94,7 +94,8 @@ def test_a_looping_agent_is_paged_once_grouped_and_resolved(tmp_path: Path) -> N
     assert alert["annotations"]["summary"] == "looper (shop) looped in 3 runs within the hour"
     # the hour its count covers, up to the evaluation that fired it (Prometheus' time())
     link = re.fullmatch(re.escape(f"{URL}/ui/?service=shop&agent=looper&detector=loop")
-                        + r"&since=(\d+)&until=(\d+)", alert["annotations"]["otel_eval_url"])
+                        + r"&counted_since=(\d+)&counted_until=(\d+)",
+                        alert["annotations"]["otel_eval_url"])
     assert link, alert["annotations"]["otel_eval_url"]
     since, until = int(link.group(1)), int(link.group(2))
     assert until - since == 3600 and started - 1 <= until <= time.time() + 1, (since, until)

@@ -1390,3 +1390,35 @@ def test_a_counted_window_holds_a_session_at_its_first_completion(target: str,
     _sql(target, f"UPDATE sessions SET completions = 1 WHERE session_id = '{_key('back')}'")
     assert counted(T0 + 1000, T0 + 1001) == [_key("back")]
     assert counted(0, 1 << 62) == [_key("back")]
+
+
+def test_a_counted_window_holds_a_run_at_its_first_evaluation(target: str,
+                                                               stores: Open) -> None:
+    """The run metrics count a run at its first evaluation (a re-evaluation after late spans
+    counts only in traces_superseded), and the alerts' and panels' links select the window
+    they count (``counted_since``/``counted_until``, migration 19): before, they selected
+    the stored evaluation time, which the re-evaluation moved, so a run near the window's
+    edge was missing from the list of the alert its loop fired and stood in a later window
+    that counted nothing of it. A store of version 18 backfills the runs of revision 0; one
+    re-evaluated before it is in no counted window (its first evaluation unknown)."""
+    store = stores()
+    store.put_many([_ev(1, at=T0 + 100), _ev(2, at=T0 + 200)])
+    store.put_many([_ev(1, revision=1, at=T0 + 400)])  # late spans: re-evaluated
+
+    def counted(**bounds: str) -> list[str]:
+        q = EvaluationQuery.from_params({k: [v] for k, v in bounds.items()})
+        return [b["trace_id"] for b in stores().query(q).evaluations]
+
+    def s(ns: int) -> str:
+        return f"{ns // 10**9}.{ns % 10**9:09d}"
+
+    assert counted(counted_since=s(T0 + 100), counted_until=s(T0 + 101)) == [f"{1:032x}"]
+    assert counted(counted_since=s(T0 + 101), counted_until=s(T0 + 1000)) == [f"{2:032x}"]
+    assert counted(counted_until=s(T0 + 150), counted_window="1s") == [f"{1:032x}"]
+    assert counted(since=s(T0 + 101)) == [f"{1:032x}", f"{2:032x}"]  # evaluation time
+    # as a store of version 18 was
+    _sql(target, "ALTER TABLE evaluations DROP COLUMN first_evaluated_at_ns")
+    _sql(target, "DELETE FROM schema_version WHERE version >= 19")
+    assert counted(counted_since="0") == [f"{2:032x}"]
+    stores().put_many([_ev(2, revision=1, at=T0 + 500)])  # re-evaluated: still counted once
+    assert counted(counted_since=s(T0 + 200), counted_until=s(T0 + 201)) == [f"{2:032x}"]

@@ -23,7 +23,10 @@ from otel_eval.outputs.ui.verdicts import agent_name, p_badge
 from otel_eval.store.query import STATUSES, Page
 
 FILTERS = ("service", "agent", "task_id", "status", "passed", "detector", "since", "until",
-           "window", "limit")
+           "window", "counted_since", "counted_until", "counted_window", "limit")
+# the window the metrics counted the runs in, as the alerts' and panels' links give it: kept
+# through the form (hidden), not typed in
+_COUNTED = ("counted_since", "counted_until", "counted_window")
 DEFAULT_LIMIT = "50"
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 PREVIEW_CHARS = 120  # of a run's input shown in the list (one line)
@@ -122,6 +125,8 @@ def _form(params: Mapping[str, str]) -> Html:
              field("detector", "finding", "loop or loop:stagnation"),
              field("since", "since", "2026-12-01T09:00:00Z"), field("until", "until"),
              field("window", "window before until", "1h"),
+             [h("input", type="hidden", name=k, value=params[k]) for k in _COUNTED
+              if k in params],
              h("input", type="hidden", name="limit", value=params.get("limit", DEFAULT_LIMIT)),
              h("button", "filter", type="submit"), method="get", action="/ui/",
              class_="filters")
