@@ -178,3 +178,27 @@ def test_a_remote_agent_called_by_an_orchestrator_whose_root_never_came_is_not_i
                     parent_remote=False)
     t = build_trajectory(Trace(TRACE_ID, spans, "incomplete"), TrajectoryConfig())
     assert (t.agent, t.agent_source) == ("orchestrator", "child_span")
+
+
+def test_a_name_stamped_on_a_remote_agents_spans_is_not_the_runs_agent() -> None:
+    """As above (the orchestrator's root never came; its call of the researcher in another
+    service is in the trace), the researcher's own spans carrying its name (an
+    instrumentation stamping ``gen_ai.agent.name`` on its model calls): with the call's agent
+    spans left out, that stamp named the run's agent "researcher" (``child_span``). A name
+    stamped on another run's spans is none of the run's: unknown here."""
+    orch, research = {"service.name": "orch"}, {"service.name": "research"}
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}
+    call = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "researcher"}
+    spans = [
+        Span(TRACE_ID, sid("call"), sid("root"), "invoke_agent researcher", T, T + 8 * S,
+             kind="client", attributes=call, resource=orch, parent_remote=False),
+        Span(TRACE_ID, sid("served"), sid("call"), "invoke_agent researcher", T, T + 5 * S,
+             kind="server", attributes=call, resource=research, parent_remote=True),
+        Span(TRACE_ID, sid("b-chat"), sid("served"), "chat", T, T + 4 * S,
+             attributes={**chat, "gen_ai.agent.name": "researcher"}, resource=research,
+             parent_remote=False),
+        Span(TRACE_ID, sid("a-chat"), sid("root"), "chat", T - S, T, attributes=chat,
+             resource=orch, parent_remote=False),
+    ]
+    t = build_trajectory(Trace(TRACE_ID, spans, "incomplete"), TrajectoryConfig())
+    assert (t.service, t.agent, t.agent_source) == ("orch", None, "unknown")

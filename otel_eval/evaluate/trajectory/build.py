@@ -254,7 +254,10 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     # called by a caller not in the trace
     agents = {s.span_id for s in builder.steps if s.kind == "agent"}
     detached = _detached(order, spans)
-    agent = _agent_step(builder, detached | _remote_calls(order, agents, root_span))
+    outside = detached | _remote_calls(order, agents, root_span)
+    agent = _agent_step(builder, outside)
+    if builder.named_span in outside:  # the name stamped on another run's spans
+        builder.restamp(order, outside)
     name, source = _agent_name(builder, agent)
     # the run's LLM calls: not a called service's whose client span is not in the trace (its
     # place in the run unknown, its steps follow the run's tree: its last reply no answer)

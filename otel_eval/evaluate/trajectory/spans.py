@@ -169,6 +169,7 @@ class StepBuilder:
         # whether that span was outside every agent span that arrived
         self.named_agent: str | None = None
         self.named_outside = False
+        self.named_span: str | None = None  # the span that stamp is on
         self.unnamed: set[str] = set()  # agent spans carrying only a framework default name
         self.conversation = Conversation()  # the turn's conversation id and user
         self.dspy: bool | None = None  # the trace carries DSPy's markers (None: not looked)
@@ -196,17 +197,33 @@ class StepBuilder:
                                    span.name, node=self.scope[span.span_id][0], depth=depth,
                                    start_ns=span.start_ns, end_ns=span.end_ns))
 
-    def _add(self, span: Span, depth: int) -> None:
-        attrs = span.attributes
+    def _attrs(self, span: Span) -> tuple[Any, bool]:
+        """(the span's attributes with its GenAI events read as attributes, whether they came
+        from log records)."""
         records = self.logs.get(span.span_id)
         own = span_events(span)
         if records or own:
-            attrs = overlay(attrs, [*(records or ()), *own])
+            return overlay(span.attributes, [*(records or ()), *own]), bool(records)
+        return span.attributes, False
+
+    def restamp(self, order: list[tuple[Span, int]], skip: set[str]) -> None:
+        """The stamped agent name (``_stamped``) again, over the non-agent spans of ``order``
+        not in ``skip`` (another run's parts: ``build._agent_step``'s ``outside``)."""
+        self.named_agent, self.named_outside, self.named_span = None, False, None
+        kinds = {s.span_id: s.kind for s in self.steps if not s.rebuilt}
+        for span, _ in order:
+            if span.span_id not in skip and kinds.get(span.span_id) != "agent":
+                node = self.scope.get(span.parent_span_id or "", (None, None))[0]
+                self._stamped(span, self._attrs(span)[0], outside=node is None)
+
+    def _add(self, span: Span, depth: int) -> None:
+        attrs, records = self._attrs(span)
+        from_events = attrs is not span.attributes
         step = Step(len(self.steps), span.span_id, span.parent_span_id, "other", span.name,
                     depth=depth, start_ns=span.start_ns, end_ns=span.end_ns, scope=span.scope)
         adapter, shape = read_span(step, span, attrs)
         self.conversation.read(attrs)
-        if records or own:
+        if from_events:
             _from_events(step, span.attributes, attrs, "log records" if records else "span events")
         node, agent = self.scope.get(span.parent_span_id or "", (None, None))
         # a DSPy module outside every agent, or run by a tool (an agent called as a tool)
@@ -375,7 +392,7 @@ class StepBuilder:
             return
         name = agent_name(_stamped_name(span, attrs))
         if name is not None:
-            self.named_agent, self.named_outside = name, outside
+            self.named_agent, self.named_outside, self.named_span = name, outside, span.span_id
 
     def _mark_tools(self, agent: str | None) -> None:
         while agent not in self.agents_with_tools:
