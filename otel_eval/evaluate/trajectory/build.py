@@ -54,7 +54,7 @@ output are read last. Promises:
   result is its Prediction's ``answer`` (another value is unknown, and so is the run's output);
 - input/output come from the agent (or root) span (a GenAI workflow root's own first: its
   agents are steps of it), else from the LLM messages, never those of a called service
-  whose client span is not in the trace (``_detached``: their place is unknown) (the output is
+  whose client span is not in the trace (``_left_out``: their place is unknown) (the output is
   the last LLM answer when the agent's result only wraps it, as a graph state or a repr); the
   task read from messages (the agent's or root's input, else the first LLM call's) is the last
   user request there, the messages before it history;
@@ -106,7 +106,7 @@ def _agent_step(builder: StepBuilder, outside: set[str]) -> Step | None:
     OpenAI Agents SDK's ``Agent workflow`` holds the agent the user ran and the agents it
     handed off to). One that does work under a framework's default name is still the run's
     agent: its name is unknown, not the inner agent's. The agent steps of ``outside`` (span
-    ids: other runs' parts, ``_detached``, ``_remote_calls``) are none of the run's."""
+    ids: other runs' parts, ``_left_out``) are none of the run's."""
     top = None
     for step in builder.steps:
         if step.kind == "agent" and step.span_id not in outside \
@@ -252,9 +252,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
                       and s.span_id == root_span.span_id), None)
     # the run's agent: not a called service's whose client span was lost, nor a remote agent
     # called by a caller not in the trace
-    agents = {s.span_id for s in builder.steps if s.kind == "agent"}
-    detached = _detached(order, spans)
-    outside = detached | _remote_calls(order, agents, root_span)
+    detached, outside = _left_out(order, spans, builder.steps, root_span)
     agent = _agent_step(builder, outside)
     if builder.named_span in outside:  # the name stamped on another run's spans
         builder.restamp(order, outside)
@@ -308,42 +306,49 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     )
 
 
-def _detached(order: list[tuple[Span, int]], spans: list[Span]) -> set[str]:
-    """The span ids under an entry of another service than the run's (``model.run_span``'s)
+def _left_out(order: list[tuple[Span, int]], spans: list[Span], steps: list[Step],
+              root: Span | None) -> tuple[set[str], set[str]]:
+    """(``detached``, ``outside``): the span ids not the run's own, both empty (the common
+    case, found with no call a span) when no span's parent is absent.
+
+    ``detached``: under an entry of another service than the run's (``model.run_span``'s)
     whose parent is upstream (flagged remote, not in the trace), the entry's included: a
     called service's spans whose client span was lost, put after the run's tree
     (``tree_order``) for want of their place in it. Entries of the run's own service (the
-    run called from upstream: a framework's spans under one remote parent) are the run's."""
+    run called from upstream: a framework's spans under one remote parent) are the run's.
+
+    ``outside``: ``detached`` and the spans under a call of a remote agent (an agent span of
+    kind client) whose caller is not in the trace (its parent absent; not the root), the
+    call included: the caller, which may be the run's agent (an orchestrator whose root never
+    came), is unknown, and the agent it called is not the run's."""
+    ids = {span.span_id for span, _ in order}
+    orphans = [span for span, _ in order
+               if span.parent_span_id is not None and span.parent_span_id not in ids]
+    if not orphans:
+        return set(), set()
     run = run_span(spans)
     service = run.resource.get("service.name") if run is not None else None
-    ids = {span.span_id for span, _ in order}
-    return _subtrees(order, lambda s: s.parent_remote is True and s.parent_span_id not in ids
-                     and s.resource.get("service.name") != service)
+    entries = {s.span_id for s in orphans if s.parent_remote is True
+               and s.resource.get("service.name") != service}
+    agents = {s.span_id for s in steps if s.kind == "agent"}
+    calls = {s.span_id for s in orphans
+             if s.kind == "client" and s.span_id in agents and s is not root}
+    detached = _subtrees(order, entries)
+    return detached, detached | _subtrees(order, calls)
 
 
-def _remote_calls(order: list[tuple[Span, int]], agents: set[str],
-                  root: Span | None) -> set[str]:
-    """The span ids under a call of a remote agent (an agent span of kind client) whose caller
-    is not in the trace (its parent absent; not the root), the call included: the caller,
-    which may be the run's agent (an orchestrator whose root never came), is unknown, and the
-    agent it called is not the run's."""
-    ids = {span.span_id for span, _ in order}
-    return _subtrees(order, lambda s: s.kind == "client" and s.span_id in agents
-                     and s is not root and s.parent_span_id is not None
-                     and s.parent_span_id not in ids)
-
-
-def _subtrees(order: list[tuple[Span, int]], starts: Callable[[Span], bool]) -> set[str]:
-    """The span ids of the spans of ``order`` (``tree_order``) that ``starts`` holds for and
-    of every span under them."""
+def _subtrees(order: list[tuple[Span, int]], starts: set[str]) -> set[str]:
+    """The span ids of ``starts`` and of every span under them (``order``: ``tree_order``)."""
     out: set[str] = set()
+    if not starts:
+        return out
     inside = -1  # the depth of the span whose subtree is being read, else -1
     for span, depth in order:
         if inside >= 0 and depth > inside:
             out.add(span.span_id)
             continue
         inside = -1
-        if starts(span):
+        if span.span_id in starts:
             inside = depth
             out.add(span.span_id)
     return out

@@ -217,8 +217,12 @@ class StepBuilder:
                 self._stamped(span, self._attrs(span)[0], outside=node is None)
 
     def _add(self, span: Span, depth: int) -> None:
-        attrs, records = self._attrs(span)
-        from_events = attrs is not span.attributes
+        attrs = span.attributes  # ``_attrs`` inlined: every span of every trace comes here
+        records = self.logs.get(span.span_id)
+        own = span_events(span)
+        from_events = bool(records or own)
+        if from_events:
+            attrs = overlay(attrs, [*(records or ()), *own])
         step = Step(len(self.steps), span.span_id, span.parent_span_id, "other", span.name,
                     depth=depth, start_ns=span.start_ns, end_ns=span.end_ns, scope=span.scope)
         adapter, shape = read_span(step, span, attrs)
