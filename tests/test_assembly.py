@@ -115,8 +115,8 @@ def test_the_root_that_ends_a_full_run_is_taken_past_the_limit() -> None:
         res = a.add([span(T1, 1)], now=1)
         assert res.accepted == 1 and not res.rejected, pass_through
         assert a.add([span(T1, 9)], now=2).accepted == int(pass_through)  # one root only
-        [t] = a.tick(12)
-        assert (t.status, t.release_reason) == ("complete", "root_ended"), pass_through
+        [t] = a.tick(12)  # ended, but a child past the limit is unread: not the whole run
+        assert (t.status, t.release_reason) == ("truncated", "trace_too_large"), pass_through
         assert f"{1:016x}" in {s.span_id for s in t.spans}
     a = TraceAssembler(CFG)  # released full at its idle timeout (a long tool call)...
     a.add(children, now=0)
@@ -125,8 +125,41 @@ def test_the_root_that_ends_a_full_run_is_taken_past_the_limit() -> None:
     res = a.add([span(T1, 1)], now=200)  # ... its root re-opens it
     assert (res.accepted, res.reopened, dict(res.rejected)) == (1, 1, {})
     [t] = a.tick(210)
-    assert (t.status, t.revision, len(t.spans)) == ("complete", 1, 6)
+    assert (t.status, t.revision, len(t.spans)) == ("truncated", 1, 6)
     assert a.add([span(T1, 9)], now=220).rejected == {"trace_too_large": 1}
+
+
+def test_a_run_cut_at_the_span_limit_is_released_truncated_not_whole() -> None:
+    """Spans past ``max_spans_per_trace`` are refused (or, with pass-through, only passed
+    on): the run that ended is not whole, so it is released ``truncated`` (reason
+    ``trace_too_large``), never ``complete`` with the spans kept as if they were all of it;
+    in ``eval`` (``release_all``) and at a clean stop (``release_ended``) too, and after a
+    re-open. A run of exactly the limit is whole; one whose root never ended is still
+    ``incomplete`` (the root is always taken: it did not end)."""
+    children = [span(T1, i, parent=1) for i in range(2, 8)]  # 6 children, the limit is 5
+    for pass_through in (False, True):
+        for release in ("tick", "release_all", "release_ended"):
+            a = TraceAssembler(CFG, pass_through=pass_through)
+            a.add([*children, span(T1, 1)], now=0)
+            [t] = (a.tick(10) if release == "tick" else a.release_all(1)
+                   if release == "release_all" else a.release_ended(1))
+            assert (t.status, t.release_reason[:9]) == ("truncated", "trace_too"), (
+                pass_through, release)
+    a = TraceAssembler(CFG)
+    a.add([*children[:4], span(T1, 1)], now=0)  # exactly the limit: whole
+    [t] = a.tick(10)
+    assert (t.status, t.release_reason) == ("complete", "root_ended")
+    assert a.add([span(T1, 9, parent=1)], now=20).rejected == {"trace_too_large": 1}
+    a = TraceAssembler(CFG)
+    a.add([span(T1, 1, ended=False), *children], now=0)  # the root never ended
+    [t] = a.tick(180)
+    assert (t.status, t.release_reason) == ("incomplete", "idle_timeout")
+    a = TraceAssembler(CFG)
+    a.add(children, now=0)
+    a.tick(180)  # released full at its idle timeout; its root re-opens it: still cut
+    a.add([span(T1, 1)], now=200)
+    [t] = a.tick(210)
+    assert (t.status, t.release_reason, t.revision) == ("truncated", "trace_too_large", 1)
 
 
 def test_with_pass_through_spans_past_the_limit_are_held_to_pass_on() -> None:

@@ -6,7 +6,11 @@ A trace is released
                  (the agent never finished: the non-termination case);
 - ``truncated``  when it has been open ``max_trace_duration_s``, or was pushed out by the
                  ``release_oldest`` overflow policy, or when spans of it were refused for
-                 their service's share (``cut``: reason ``service_share``) whatever else.
+                 their service's share (``cut``: reason ``service_share``) whatever else,
+                 or when spans of it past ``max_spans_per_trace`` were refused (or, with
+                 pass-through, only passed on: ``full``, reason ``trace_too_large``) and it
+                 would otherwise be ``complete`` (a run whose root never ended, the root
+                 always taken, stays ``incomplete``).
 The root is ``model.local_root``: a span without a parent, or whose parent the exporter flagged
 as remote, ends the run as soon as it ends (not a called service's entry while a span of
 another service waits for an absent parent flagged local: the orchestrator whose remote agent
@@ -121,6 +125,9 @@ class _Open:
     # spans of it were refused for their service's share (``cut``): released ``truncated``
     # (reason ``service_share``), never judged as a whole run
     cut: bool = False
+    # spans of it past max_spans_per_trace were refused or only passed on (``full``): not
+    # the whole run, so released ``truncated`` (reason ``trace_too_large``) when complete
+    full: bool = False
 
 
 @dataclass(slots=True)
@@ -134,6 +141,7 @@ class _Released:
     log_keys: set[bytes] = field(default_factory=set)  # the open trace's, handed over
     cut: bool = False  # the open trace's: a re-open still misses what was refused
     root_ended: bool = False  # the open trace's: an entry span of it had ended
+    full: bool = False  # the open trace's: spans past max_spans_per_trace were not evaluated
 
 
 @dataclass
@@ -376,6 +384,7 @@ class TraceAssembler:
                 self._join(tr, res)  # its own sender re-opens the run (passed stays passed)
                 reopened.add(tr.trace_id)
             full = len(tr.spans) >= limit and not _ends_run(span, tr.root_ended)
+            tr.full = tr.full or (full and span.unevaluable is None)  # the run misses it
             if full and not self.pass_through:
                 res.rejected["trace_too_large"] += 1
                 continue
@@ -492,6 +501,7 @@ class TraceAssembler:
         tr.log_keys = old.log_keys
         tr.log_bytes = sum(r.nbytes for r in old.logs)
         tr.cut = tr.cut or old.cut
+        tr.full = tr.full or old.full
         carried = sum(s.nbytes for s in old.spans.values())
         tr.nbytes += carried
         self.open_spans += len(old.spans)
@@ -742,6 +752,8 @@ class TraceAssembler:
         self._close(tr)
         if tr.cut:  # spans of it were refused for a share: not a whole run
             status, reason = "truncated", "service_share"
+        elif tr.full and status == "complete":  # ended, but spans past the limit unread
+            status, reason = "truncated", "trace_too_large"
         spans = list(tr.spans.values())
         self.open_spans -= len(spans) + len(tr.passed)
         self.open_bytes -= tr.nbytes
@@ -769,7 +781,7 @@ class TraceAssembler:
             # max_spans_per_trace)
             self._reopenable[tr.trace_id] = _Released(now, tr.spans, tr.revision, tr.sender,
                                                       tr.logs, trace.finished, tr.log_keys,
-                                                      tr.cut, tr.root_ended)
+                                                      tr.cut, tr.root_ended, tr.full)
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)
         self._forget(now)

@@ -31,6 +31,9 @@ class AssemblyConfig:
     # never evaluated (otel_eval_evaluation_spans_skipped_total{reason="trace_too_large"}).
     # The ended root (entry span) of a run past it is still taken, one span past the limit:
     # it ends the run (an SDK sends it last), refused the run would read as never ended.
+    # A run that ended with spans past it is released `truncated` (reason
+    # `trace_too_large`: not the whole run, what came after the cut unknown), never
+    # `complete`; one whose root never ended stays `incomplete`.
     max_spans_per_trace: int = 10_000
     # Spans accepted but not yet evaluated (open + released-but-queued). Past it receivers
     # throttle (gRPC RESOURCE_EXHAUSTED, HTTP 429) so exporters retry: nothing acked is dropped.

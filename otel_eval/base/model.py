@@ -267,7 +267,8 @@ class Trace:
     status: TraceStatus
     source: str = "otlp"  # otlp | kafka | file name for offline runs
     revision: int = 0  # > 0 when late spans re-opened an already released trace
-    # root_ended | idle_timeout | max_duration | overflow | service_share | shutdown | eof
+    # root_ended | idle_timeout | max_duration | overflow | service_share | trace_too_large
+    # | shutdown | eof
     release_reason: str = ""
     # Called once each when this trace's evaluation is stored (Kafka offset tracking): of
     # the requests that fed it, and of those delivered again while it was being stored

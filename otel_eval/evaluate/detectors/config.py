@@ -243,7 +243,8 @@ class NonTerminationConfig:
     # record it, so this is a warning by default).
     no_output_severity: Severity = "warning"
     # Severity for a trace cut (`truncated`: at the maximum trace duration, by the
-    # `release_oldest` overflow, or missing spans refused for a service's share).
+    # `release_oldest` overflow, missing spans refused for a service's share, or spans past
+    # `assembly.max_spans_per_trace`).
     truncated_severity: Severity = "warning"
 
     def __post_init__(self) -> None:

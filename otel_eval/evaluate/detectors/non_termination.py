@@ -69,8 +69,9 @@ def _status(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:
                         "the run never finished: the root span did not end", ids, idx)]
     if trajectory.status == "truncated":
         return [Finding("non_termination", "truncated", cfg.truncated_severity,
-                        "the trace was cut (its maximum duration, an overflow, or spans "
-                        "refused for their service's share): not the whole run", ids, idx)]
+                        "the trace was cut (its maximum duration, an overflow, spans "
+                        "refused for their service's share, or spans past the per-trace "
+                        "limit): not the whole run", ids, idx)]
     return []
 
 
