@@ -32,13 +32,15 @@ NOT_ENDED_KINDS = frozenset({"incomplete", "truncated", "halted", "length_stop",
 
 # (detector, kind) of the findings that are notes, not problems: the code reports them at
 # severity info alone (never a reason) because they say no part of the run failed: it went
-# right (the calls or the answer matched the reference, a failed call was recovered from) or
-# they describe the measurement, not the agent (a cost partly unpriced, an answer not known
-# whole, the stored result cut to its bounds). No critique of the agent (outputs/issues). A
-# kind reported at a severity a user sets is never one of them (a loop at info is still a
-# loop); every kind the code writes at "info" is one (tests/issues/test_issues_critiques.py).
-NOTE_KINDS = frozenset({("reference", "match"), ("reference", "answer_match"),
-                        ("reference", "answer_unknown"), ("recovery", "recovered"),
+# right (the calls or the answer matched the reference, as far as a cut trace shows too, a
+# failed call was recovered from) or they describe the measurement, not the agent (a cost
+# partly unpriced, an answer not known whole, the stored result cut to its bounds). No
+# critique of the agent (outputs/issues). A kind reported at a severity a user sets is never
+# one of them (a loop at info is still a loop); every kind the code writes at "info" is one
+# (tests/issues/test_issues_critiques.py).
+NOTE_KINDS = frozenset({("reference", "match"), ("reference", "unknown"),
+                        ("reference", "answer_match"), ("reference", "answer_unknown"),
+                        ("recovery", "recovered"),
                         ("budget", "cost_unknown"), ("evaluation", "result_truncated")})
 
 # (detector, kind) of the findings that say otel-eval itself failed to evaluate part of the

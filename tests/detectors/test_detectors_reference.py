@@ -343,3 +343,36 @@ def test_a_task_id_that_is_no_id_is_refused(tmp_path: Path, task_id: Any) -> Non
     with pytest.raises(ReferencesError, match=r"refs.jsonl:1: task_id must be a non-empty "
                                               r"string or a number"):
         load_references(path)
+
+
+@pytest.mark.parametrize("mode", ["exact", "in_order", "any_order", "superset"])
+def test_calls_after_the_cut_of_a_truncated_trace_are_unseen_not_missing(mode: str) -> None:
+    """A trace released ``truncated`` (cut while its run went on: at its maximum duration, by
+    an overflow, or spans refused past a bound) holds the calls made before the cut. The
+    expected calls after it were reported missing: a reference/mismatch at error (verdict
+    failed) for a run that may well have made them. They are unseen: the result is unknown
+    (``matched`` null, an info ``reference/unknown``), never a mismatch."""
+    r = ref(A, B, C, match=mode)
+    t = traj(tool(*A), task_id="t1", status="truncated")
+    (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
+    assert (f.kind, f.severity) == ("unknown", "info")
+    assert f.attributes["matched"] is None
+    assert (f.attributes["missing"], f.attributes["unseen"]) == ([], ["b", "c"])
+    assert "not seen: b, c" in f.message
+    # what the cut trace shows wrong is still wrong: a wrong argument before the cut
+    t = traj(tool("a", {"x": 2}), task_id="t1", status="truncated")
+    (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
+    assert (f.kind, f.severity, f.attributes["matched"]) == ("mismatch", "error", False)
+    assert f.attributes["wrong_arguments"] == ["a"] and f.attributes["missing"] == []
+    # a complete run that made only a is missing b and c
+    (f,) = reference.detect(traj(tool(*A), task_id="t1"), DetectorsConfig(),
+                            Context(reference=r))
+    assert (f.kind, f.attributes["missing"], f.attributes["unseen"]) == (
+        "mismatch", ["b", "c"], [])
+
+
+def test_in_order_a_call_skipped_before_one_the_cut_trace_holds_is_missing() -> None:
+    r = ref(A, B, C, match="in_order")
+    t = traj(tool(*A), tool(*C), task_id="t1", status="truncated")
+    (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
+    assert (f.kind, f.attributes["missing"], f.attributes["unseen"]) == ("mismatch", ["b"], [])

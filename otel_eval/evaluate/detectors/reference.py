@@ -20,6 +20,14 @@ understood, ``unparsed``; or the text of an object cut at an attribute length li
 nor as the text it is: its arguments are neither right nor wrong, so it satisfies a
 reference call of its name, is left out of ``argument_accuracy``, and is listed in
 ``unknown_arguments`` (and the message).
+
+A trace released ``truncated`` (cut while its run went on: its maximum duration, an overflow,
+spans refused for a share or past the per-trace limit) does not show the calls made after
+the cut. A reference call it does not hold that could come after the cut (any one in
+``any_order`` / ``superset``; in ``exact`` / ``in_order``, one after every reference call the
+trace holds) is neither made nor missing: listed in ``unseen`` (and the message), not in
+``missing``. When nothing else is wrong, the result is unknown: ``matched`` null, finding
+``reference/unknown`` (info), never a mismatch.
 """
 
 from __future__ import annotations
@@ -168,8 +176,9 @@ def _ratio(num: int, den: int, empty: float | None) -> float | None:
 
 
 def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
-            by_tool: Mapping[str, str]) -> dict[str, Any]:
-    """The verdict ``reference`` summary plus the missing/unexpected/wrong-argument lists."""
+            by_tool: Mapping[str, str], cut: bool = False) -> dict[str, Any]:
+    """The verdict ``reference`` summary plus the missing/unexpected/wrong-argument lists.
+    ``cut``: the trace was cut while its run went on (module docstring: ``unseen``)."""
     rc, names = list(ref.calls), [s.tool_name or s.name for s in actual]
     unknown = {a for a, s in enumerate(actual) if s.arguments is None or cut_json(s.arguments)}
     memo: dict[tuple[int, int], bool] = {}
@@ -195,29 +204,39 @@ def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
     by_name = _max_matching(n_ref, n_act, name_ok, full)
     wrong = [r for r, a in by_name.items() if r not in full and not full_ok(r, a)]
     ordered = match in ("exact", "in_order")
+    unseen = _unseen(n_ref, by_name, ordered) if cut else []
+    need = n_ref - len(unseen)  # the reference calls the trace can show
     satisfied = _lcs(n_ref, n_act, full_ok) if ordered else len(full)
     extras_ok = match in ("in_order", "superset")
-    matched = satisfied == n_ref and (extras_ok or n_act == n_ref)
+    matched = satisfied == need and (extras_ok or n_act == need)
     score = (satisfied / n_ref if n_ref else 1.0) if extras_ok else \
         (2 * satisfied / (n_ref + n_act) if n_ref + n_act else 1.0)
     used = set(by_name.values())
     unjudged = [r for r in sorted(by_name) if by_name[r] in unknown]
     judged = len(by_name) - len(unjudged)
     return {
-        "match": match, "arguments_match": args_mode, "matched": matched,
+        "match": match, "arguments_match": args_mode,
+        "matched": None if matched and unseen else matched,  # unknown: the rest unseen
         "tool_precision": _ratio(len(by_name), n_act, 1.0),
         "tool_recall": _ratio(len(by_name), n_ref, 1.0),
         "argument_accuracy": _ratio(judged - len(wrong), judged, None),
         "score": round(1.0 if matched else score, 6),
-        "missing": [rc[r].name for r in range(n_ref) if r not in by_name],
+        "missing": [rc[r].name for r in range(n_ref) if r not in by_name and r not in unseen],
+        "unseen": [rc[r].name for r in unseen],
         "unexpected": [names[a] for a in range(n_act) if a not in used],
         "wrong_arguments": [rc[r].name for r in sorted(wrong)],
         "unknown_arguments": [rc[r].name for r in unjudged],
-        "out_of_order": match in ("exact", "in_order") and len(full) == n_ref
-        and satisfied < n_ref,
+        "out_of_order": ordered and len(full) == need and satisfied < need,
         "_wrong_steps": [actual[by_name[r]] for r in sorted(wrong)],
         "_unexpected_steps": [actual[a] for a in range(n_act) if a not in used],
     }
+
+
+def _unseen(n_ref: int, by_name: Mapping[int, int], ordered: bool) -> list[int]:
+    """The reference calls a cut trace does not hold that could come after the cut: any in
+    an unordered mode, those after every one it holds in an ordered mode."""
+    last = max(by_name, default=-1) if ordered else -1
+    return [r for r in range(last + 1, n_ref) if r not in by_name]
 
 
 def _message(ref: Reference, summary: Mapping[str, Any]) -> str:
@@ -237,7 +256,11 @@ def _message(ref: Reference, summary: Mapping[str, Any]) -> str:
 
 def _unknown(summary: Mapping[str, Any]) -> str:
     names = summary["unknown_arguments"]
-    return f" (arguments unknown for {', '.join(names)})" if names else ""
+    out = f" (arguments unknown for {', '.join(names)})" if names else ""
+    if summary["unseen"]:
+        out += (f" (not seen: {', '.join(summary['unseen'])}; the trace was cut while its "
+                "run went on)")
+    return out
 
 
 SUMMARY_KEYS = ("match", "arguments_match", "matched", "tool_precision", "tool_recall",
@@ -258,7 +281,8 @@ def _detect_calls(trajectory: Trajectory, config: DetectorsConfig,
     actual = [s for s in top_level_tool_steps(trajectory)
               if ref.tools is None or (s.tool_name or s.name) in ref.tools]
     summary = compare(ref, actual, ref.match or cfg.match,
-                      ref.arguments_match or cfg.arguments_match, ref.arguments_match_by_tool)
+                      ref.arguments_match or cfg.arguments_match, ref.arguments_match_by_tool,
+                      cut=trajectory.status == "truncated")
     flagged: list[Step] = summary.pop("_wrong_steps") + summary.pop("_unexpected_steps")
     attrs = {**summary, "task_id": ref.task_id, "expected": [c.name for c in ref.calls]}
     if summary["matched"]:
@@ -266,6 +290,12 @@ def _detect_calls(trajectory: Trajectory, config: DetectorsConfig,
                         f"calls match the reference for task {ref.task_id} "
                         f"({summary['match']}, arguments {summary['arguments_match']})"
                         + _unknown(summary),
+                        attributes=attrs)]
+    if summary["matched"] is None:  # right as far as the cut trace shows: the rest unknown
+        return [Finding("reference", "unknown", "info",
+                        f"calls match the reference for task {ref.task_id} as far as the "
+                        f"trace goes ({summary['match']}, arguments "
+                        f"{summary['arguments_match']})" + _unknown(summary),
                         attributes=attrs)]
     flagged.sort(key=lambda s: s.index)
     return [Finding("reference", "mismatch", cfg.severity, _message(ref, summary),

@@ -331,8 +331,9 @@ def _reference_line(ref: dict[str, Any]) -> str | None:
     """``verdict.reference`` in a line: the calls' match (when compared), the answer's."""
     parts = []
     if "matched" in ref:
-        parts.append(f"{'matched' if ref.get('matched') else 'not matched'} "
-                     f"({short(ref.get('match'), 40)}, score {ref.get('score')})")
+        said = ("matched" if ref.get("matched") is True else "not matched"
+                if ref.get("matched") is not None else "unknown (the trace was cut)")
+        parts.append(f"{said} ({short(ref.get('match'), 40)}, score {ref.get('score')})")
     if ref.get("answer") is not None:
         parts.append(f"answer {short(ref.get('answer'), 40)}")
     return "reference: " + "; ".join(parts) if parts else None
