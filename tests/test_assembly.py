@@ -419,3 +419,22 @@ def test_a_lost_span_of_the_remote_entrys_own_service_still_ends_it_at_grace() -
     a.add([_of("agent", 5, 3, True), _of("agent", 7, 6, False)], now=0)
     [t] = a.tick(10)
     assert (t.status, t.release_reason) == ("complete", "root_ended")
+
+
+def test_a_long_tool_call_is_re_judged_whole_only_within_idle_timeout_plus_reopen_window(
+        ) -> None:
+    """What docs/configuration.md says of ``idle_timeout_s`` and ``reopen_window_s``: a call
+    longer than ``idle_timeout_s`` with no span ending meanwhile gets the run judged
+    ``incomplete``; its next spans re-open it (re-judged whole) within ``reopen_window_s``
+    of that release, a call up to their sum; past it they are ``late``."""
+    for call_s, whole in ((470, True), (490, False)):
+        a = TraceAssembler(CFG)
+        a.add([local(T1, 2)], now=0)  # the LLM call that asked for the tool ended
+        [first] = a.tick(180)
+        assert (first.status, first.release_reason) == ("incomplete", "idle_timeout")
+        res = a.add([local(T1, 3), span(T1, 1)], now=call_s)  # the tool call, the root
+        if whole:
+            [t] = a.tick(call_s + 10)
+            assert (t.status, t.revision, len(t.spans)) == ("complete", 1, 3)
+        else:
+            assert res.rejected == {"late": 2} and a.tick(call_s + 10) == []

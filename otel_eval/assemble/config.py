@@ -17,12 +17,23 @@ class AssemblyConfig:
     grace_s: float = 10.0
     # A trace without an ended root is released as `incomplete` after this long with no new span.
     # Datadog closes traces after 3 min idle; the collector's tail sampling waits 30 s total.
+    # A span is exported when it ends, so a tool or LLM call longer than this with no other
+    # span of the run ending meanwhile is such a silence: the run is judged `incomplete`
+    # (non_termination, counted in the non-termination metric and alert) and re-judged
+    # whole only when its next spans come within reopen_window_s of that release (a call
+    # up to idle_timeout_s + reopen_window_s, 480 s by default; the first judgement's
+    # metrics stay counted). Longer: its later spans are `late` and the `incomplete`
+    # verdict stands. Set it above your longest call.
     idle_timeout_s: float = 180.0
     # A trace open longer than this (first span seen to now) is cut and released `truncated`.
     max_trace_duration_s: float = 3600.0
     # Late spans for a trace released less than this long ago re-open it (re-evaluated,
     # superseding the earlier result). Later ones are rejected as `late`; with pass-through
     # on (export.forward_endpoint) they are taken and forwarded unstamped, never evaluated.
+    # It also bounds the silence a run released while it went on survives (cut at
+    # max_trace_duration_s, pushed out by release_oldest or pressure, or idle): below
+    # idle_timeout_s, a silence an open run would wait out (a long tool call) loses the
+    # rest of a run so released, which keeps its cut verdict.
     reopen_window_s: float = 300.0
     # Upper bound on traces being assembled at once.
     max_open_traces: int = 50_000
