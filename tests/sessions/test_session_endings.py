@@ -52,6 +52,11 @@ def _ending(steps: list[dict[str, Any]], output: str | None) -> list[dict[str, A
     return [_turn(0, [_llm(0, "Hello.")], "Hello."), _turn(1, steps, output)]
 
 
+def _cut(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last turn's trace released ``truncated``."""
+    return [*turns[:-1], {**turns[-1], "status": "truncated"}]
+
+
 ENDINGS: list[tuple[str, list[dict[str, Any]], str, list[str]]] = [
     ("a call that never ran", _ending([_llm(0, None, [_call("never_ran")])], None),
      "complete", ["pending_tool_call"]),
@@ -91,6 +96,14 @@ ENDINGS: list[tuple[str, list[dict[str, Any]], str, list[str]]] = [
      "complete", ["unanswered_question"]),
     ("an open conversation may go on", _ending([_llm(0, None, [_call("never_ran")])], None),
      "open", []),
+    # the last turn's trace cut while its run went on (truncated): the call may have run
+    # after the cut, and the LLM call it ends with is not the run's last
+    ("a call past the cut of a truncated last turn", _cut(_ending(
+        [_llm(0, None, [_call("never_ran")])], None)), "complete", []),
+    ("a question of the LLM call a truncated turn ends with", _cut(_ending(
+        [_llm(0, "Which seat?")], None)), "complete", []),
+    ("a truncated turn's recorded output is read", _cut(_ending(
+        [_llm(0, "x")], "Which passenger?")), "complete", ["unanswered_question"]),
 ]
 
 
@@ -159,3 +172,12 @@ def test_the_session_job_gives_a_conversation_ended_pending_p_success_0(
     assert [f["kind"] for f in record["findings"]] == ["pending_tool_call"]
     assert record["prediction"]["p_success"] == 0.0
     store.close()
+
+
+def test_eval_keeps_a_turns_status_so_a_cut_last_turn_is_read_as_cut() -> None:
+    """``eval`` keeps slim turns (``offline.slim``): without the status, a truncated last
+    turn's pending call was a ``pending_tool_call`` there and not in ``serve``."""
+    turns = _cut(_ending([_llm(0, None, [_call("never_ran")])], None))
+    kept = evaluate_session("s", [slim(t) for t in turns], SessionsConfig(), "complete")
+    assert kept["findings"] == evaluate_session("s", turns, SessionsConfig(),
+                                                "complete")["findings"] == []

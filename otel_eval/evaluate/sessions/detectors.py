@@ -25,7 +25,10 @@ config, returning findings that name the turn (``trace_id``) and the step they p
   came back ran; a call of unknown outcome is none); ``unanswered_question`` (warning:
   "anything else?" is a polite close), the last turn's answer (else its last LLM call's) ends
   on a question nobody answered (emphasis, quotes and brackets after the "?" set aside; the
-  fullwidth and Arabic question marks are question marks too).
+  fullwidth and Arabic question marks are question marks too). A last turn whose trace was
+  released ``truncated`` (cut while its run went on) has no last LLM call of its own: its
+  run went on past the cut, so neither is drawn from the LLM call the trace ends with (as
+  the trace's own ``non_termination``; the turn's recorded output is still read).
 - ``budget`` (error), its kind the ``--budget`` name: ``session_turns`` (more turns than
   ``session_turns``), ``session_steps`` (the turns' steps summed), ``session_tokens``
   (input and output tokens summed), ``session_cost`` (USD summed; a turn of unknown cost
@@ -285,6 +288,8 @@ def non_termination(turns: Turns, config: SessionsConfig,
         return []
     last = turns[-1]
     llm = [s for s in last.get("steps") or () if s.get("kind") == "llm"]
+    if last.get("status") == "truncated":  # cut while it went on: its last call unknown
+        llm = []
     pending = _pending(last, llm[-1]) if llm else []
     if pending:
         return [_finding("non_termination", "pending_tool_call", "error",

@@ -30,7 +30,7 @@ from otel_eval.store.sessions import session_key
 __all__ = ["SessionCollector"]
 
 _TURN_KEYS = ("trace_id", "service", "agent", "user_id", "start_time_unix_nano", "duration_s",
-              "input", "output", "verdict", "counts", "findings", "usage")
+              "status", "input", "output", "verdict", "counts", "findings", "usage")
 _STEP_KEYS = ("index", "kind", "tool_name", "arguments", "tool_calls", "call_id")
 
 
