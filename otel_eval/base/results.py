@@ -34,14 +34,16 @@ NOT_ENDED_KINDS = frozenset({"incomplete", "truncated", "halted", "length_stop",
 # severity info alone (never a reason) because they say no part of the run failed: it went
 # right (the calls or the answer matched the reference, as far as a cut trace shows too, a
 # failed call was recovered from) or they describe the measurement, not the agent (a cost
-# partly unpriced, an answer not known whole, the stored result cut to its bounds). No
-# critique of the agent (outputs/issues). A kind reported at a severity a user sets is never
-# one of them (a loop at info is still a loop); every kind the code writes at "info" is one
+# partly unpriced, an answer not known whole, the stored result cut to its bounds, spans of
+# an ended run not read). No critique of the agent (outputs/issues). A kind reported at a
+# severity a user sets is never one of them (a loop at info is still a loop); every kind the
+# code writes at "info" is one
 # (tests/issues/test_issues_critiques.py).
 NOTE_KINDS = frozenset({("reference", "match"), ("reference", "unknown"),
                         ("reference", "answer_match"), ("reference", "answer_unknown"),
                         ("recovery", "recovered"),
-                        ("budget", "cost_unknown"), ("evaluation", "result_truncated")})
+                        ("budget", "cost_unknown"), ("evaluation", "result_truncated"),
+                        ("evaluation", "spans_cut")})
 
 # (detector, kind) of the findings that say otel-eval itself failed to evaluate part of the
 # run (a detector or reader raised: ``evaluate.detectors.evaluation_error``). Reported at

@@ -3,6 +3,7 @@ import dataclasses
 import pytest
 from detector_factory import kinds, llm, tool, traj
 
+from otel_eval.base.results import NOT_ENDED_KINDS, NOTE_KINDS
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors import non_termination
 from otel_eval.evaluate.detectors.calls import Context
@@ -178,3 +179,20 @@ def test_a_run_cut_while_it_went_on_is_not_judged_by_its_last_llm_call() -> None
         t = traj(tool("a"), last, status="truncated", output=None)
         found = non_termination.detect(t, DetectorsConfig(), Context())
         assert kinds(found) == ["non_termination/truncated"], last
+
+
+def test_a_run_that_ended_with_spans_cut_is_no_run_that_did_not_end() -> None:
+    """A run released ``truncated`` because spans of it were cut (past
+    ``assembly.max_spans_per_trace``, or refused for a share) while its root ended: the run
+    ended. Its ``non_termination/truncated`` counted it among the runs that did not end
+    (``NOT_ENDED_KINDS``: the non-termination metric and alert) for every run over the span
+    limit, gave it p_success 0 and failed ``--fail-on non_termination``. Its finding is
+    the note ``evaluation/spans_cut`` (info)."""
+    t = traj(llm("x"), status="truncated")
+    t.steps[0].end_ns = 5_000_000  # the root (no parent) ended
+    [f] = non_termination.detect(t, DetectorsConfig(), Context())
+    assert (f.detector, f.kind, f.severity) == ("evaluation", "spans_cut", "info")
+    assert (f.detector, f.kind) in NOTE_KINDS
+    t.steps[0].end_ns = 0  # cut while it went on (its root has not ended)
+    [f] = non_termination.detect(t, DetectorsConfig(), Context())
+    assert f.kind == "truncated" and f.kind in NOT_ENDED_KINDS

@@ -244,7 +244,8 @@ class NonTerminationConfig:
     no_output_severity: Severity = "warning"
     # Severity for a trace cut (`truncated`: at the maximum trace duration, by the
     # `release_oldest` overflow, missing spans refused for a service's share, or spans past
-    # `assembly.max_spans_per_trace`).
+    # `assembly.max_spans_per_trace`; when the run's root ended, the run ended: an info note
+    # `evaluation/spans_cut` instead, not counted as non-terminated).
     truncated_severity: Severity = "warning"
 
     def __post_init__(self) -> None:

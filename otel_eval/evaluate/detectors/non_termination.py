@@ -12,7 +12,12 @@ failed call's message whatever followed; an answer no span recorded, as the AI S
 ``recordOutputs: false`` leaves it, is the last LLM call's stop after it); a final output that
 was recorded and is empty (``no_output``: an output the instrumentation did not record is
 unknown, not empty, and proves nothing). The last LLM call of a trace released ``truncated`` is
-not its run's last (the run went on past the cut): no finding is drawn from it.
+not its run's last (the run went on past the cut): no finding is drawn from it. A truncated
+trace whose root (a span without a parent) ended is a run that ended with spans of it unread
+(past ``assembly.max_spans_per_trace``, or refused for their service's share): its finding
+is the note ``evaluation/spans_cut`` (info: it describes the measurement, not the agent),
+not ``truncated``: not counted as a run that did not end, nor one that did not finish on its
+own terms (``p_success``), nor a ``non_termination`` finding for ``--fail-on``.
 
 ``results.NOT_ENDED_KINDS`` are the findings that mean the run did not end; they alone count as
 a non-terminated trace in metrics and alerts (a failed or silent run did end).
@@ -67,6 +72,12 @@ def _status(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:
     if trajectory.status == "incomplete":
         return [Finding("non_termination", "incomplete", "error",
                         "the run never finished: the root span did not end", ids, idx)]
+    if trajectory.status == "truncated" and root is not None and root.end_ns > 0 \
+            and root.parent_span_id is None:  # the run's own root ended: the run did end
+        return [Finding("evaluation", "spans_cut", "info",
+                        "the run ended, but spans of it were not read (past the per-trace "
+                        "limit, or refused for their service's share): not the whole run",
+                        ids, idx)]
     if trajectory.status == "truncated":
         return [Finding("non_termination", "truncated", cfg.truncated_severity,
                         "the trace was cut (its maximum duration, an overflow, spans "
