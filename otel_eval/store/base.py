@@ -121,7 +121,10 @@ class EvaluationStore(Protocol):
     location: str
 
     def put_many(self, evaluations: Iterable[Evaluation]) -> list[bool]:
-        """Store in one transaction; per evaluation, whether it superseded a stored row."""
+        """Store in one transaction; per evaluation, whether it superseded a stored row.
+        A row of the same revision evaluated at the same time is the same evaluation
+        written again (PostgreSQL: a batch tried again on a new connection after the one
+        its commit went through on was lost before answering): it supersedes nothing."""
         ...
 
     def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any],

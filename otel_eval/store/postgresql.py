@@ -100,9 +100,13 @@ ON CONFLICT (trace_id) DO UPDATE SET revision = excluded.revision,
     session_id = excluded.session_id, started_at_ns = excluded.started_at_ns,
     span_ids = excluded.span_ids
 RETURNING NOT (xmax = 0),
-    (SELECT o.session_id FROM evaluations o WHERE o.trace_id = e.trace_id)"""
-# the subquery sees the statement's snapshot: the replaced row's session id (a trace twice in
-# a batch: its first statement's, as SQLite's put_many)
+    (SELECT o.session_id FROM evaluations o WHERE o.trace_id = e.trace_id),
+    (SELECT o.revision = e.revision AND o.evaluated_at_ns = e.evaluated_at_ns
+     FROM evaluations o WHERE o.trace_id = e.trace_id)"""
+# the subqueries see the statement's snapshot: the replaced row's session id (a trace twice in
+# a batch: its first statement's, as SQLite's put_many), and whether it was this evaluation
+# itself (``EvaluationStore.put_many``: a batch written again after its commit's answer was
+# lost supersedes nothing)
 
 # A batch of retention: the oldest expired evaluations (``base.RETENTION_IDS``)
 _RETENTION_DELETE = (f"DELETE FROM evaluations WHERE trace_id IN "
@@ -472,9 +476,11 @@ def _upsert(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> list[
     with conn.transaction(), conn.cursor() as cur:
         cur.executemany(_UPSERT, [(*row, row[2]) for row in rows], returning=True)
         before: list[str | bool | None] = []
+        again: list[bool] = []  # the row replaced was this evaluation (written again)
         while True:
             row = cur.fetchone()
             before.append(row[1] if row is not None and row[0] else False)
+            again.append(row is not None and bool(row[0]) and row[2] is True)
             if not cur.nextset():
                 break
         writes = session_writes(rows, before)
@@ -482,7 +488,7 @@ def _upsert(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> list[
             cur.executemany(_SESSIONS["upsert"], writes.upserts)
         if writes.left:
             cur.executemany(_SESSIONS["gone"], writes.left)
-    return [b is not False for b in before]
+    return [b is not False and not a for b, a in zip(before, again, strict=True)]
 
 
 def _remember(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]], services: list[str],

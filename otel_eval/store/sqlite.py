@@ -224,16 +224,19 @@ class SqliteStore(KeptSessions):
         an earlier one for the same trace id (a re-opened trace or a replay)."""
         rows = [evaluation_row(ev) for ev in evaluations]
         with self._lock, self._write() as cur:
-            stored = self._stored_sessions(cur, list({row[0] for row in rows}))
+            stored = self._stored_rows(cur, list({row[0] for row in rows}))
             before: list[str | bool | None] = []
+            again: list[bool] = []  # the row replaced was this evaluation (``put_many``)
             for row in rows:  # a trace twice in the batch: the second supersedes
-                before.append(stored.get(row[0], False))
-                stored[row[0]] = row[10]
+                session, stamp = stored.get(row[0], (False, None))
+                before.append(session)
+                again.append(stamp == (row[1], row[2]))
+                stored[row[0]] = (row[10], (row[1], row[2]))
             cur.executemany(_PUT, [(*row, row[2], row[0]) for row in rows])
             writes = session_writes(rows, before)
             cur.executemany(self._session_sql["upsert"], writes.upserts)
             cur.executemany(self._session_sql["gone"], writes.left)
-        return [b is not False for b in before]
+        return [b is not False and not a for b, a in zip(before, again, strict=True)]
 
     def limit_pages(self, pages: int) -> int:
         """Cap the file at ``pages`` pages (SQLite's ``max_page_count``, on this store's one
@@ -248,16 +251,17 @@ class SqliteStore(KeptSessions):
             return int(self._db.execute("PRAGMA page_count").fetchone()[0])
 
     @staticmethod
-    def _stored_sessions(cur: sqlite3.Cursor, trace_ids: list[str]) -> dict[str, str | None]:
-        """The session id (None: none) of each of ``trace_ids`` that has a row: one query per
-        500 ids, not one per id."""
-        out: dict[str, str | None] = {}
+    def _stored_rows(cur: sqlite3.Cursor, trace_ids: list[str]
+                     ) -> dict[str, tuple[str | bool | None, tuple[int, int] | None]]:
+        """The session id (None: none) and (revision, evaluated at) of each of ``trace_ids``
+        that has a row: one query per 500 ids, not one per id."""
+        out: dict[str, tuple[str | bool | None, tuple[int, int] | None]] = {}
         for i in range(0, len(trace_ids), 500):
             chunk = trace_ids[i:i + 500]
             marks = ",".join("?" * len(chunk))
-            out.update((r[0], r[1]) for r in cur.execute(
-                f"SELECT trace_id, session_id FROM evaluations WHERE trace_id IN ({marks})",
-                chunk))
+            out.update((r[0], (r[1], (r[2], r[3]))) for r in cur.execute(
+                "SELECT trace_id, session_id, revision, evaluated_at_ns FROM evaluations "
+                f"WHERE trace_id IN ({marks})", chunk))
         return out
 
     # Row writers. The engine writes whole rows (``put_many``: a new evaluation, or a new

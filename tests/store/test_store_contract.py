@@ -81,6 +81,14 @@ def test_put_get_and_supersede(store: EvaluationStore) -> None:
     assert store.count() == 3
 
 
+def test_the_same_evaluation_written_again_supersedes_nothing(store: EvaluationStore) -> None:
+    """A row of the same revision evaluated at the same time is the evaluation itself (a
+    batch written again after its commit's answer was lost): both stores say so alike."""
+    assert store.put_many([_ev(1), _ev(2)]) == [False, False]
+    assert store.put_many([_ev(1), _ev(2, at=T0)]) == [False, True]
+    assert store.put_many([_ev(1, revision=1), _ev(1, revision=1)]) == [True, False]
+
+
 def test_a_replay_at_a_lower_revision_supersedes(store: EvaluationStore) -> None:
     """A replay after a crash restarts at revision 0 and carries every pending span."""
     store.put_many([_ev(1, revision=2)])
@@ -1054,6 +1062,40 @@ def test_a_lost_connection_is_reopened(postgresql_url: str) -> None:
         with pytest.raises(psycopg.OperationalError):  # a read fails once (the API's 500) ...
             store.count()
         assert store.count() == 2  # ... and the next one reconnects
+    finally:
+        store.close()
+
+
+def test_a_commit_whose_answer_was_lost_is_not_counted_as_superseding(
+        postgresql_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL only: the server committed the batch, then the connection was lost before
+    its answer came back (a restart or failover at the commit). ``put_many`` tries it again
+    on a new connection and finds its own rows: that is the same evaluation written again,
+    not a newer one replacing a stored run. Before, every trace of the batch came back
+    superseded: counted only in ``traces_superseded``, never as completed, failed or
+    alerting (the run lost from the metrics)."""
+    import psycopg
+
+    from otel_eval.store import postgresql
+
+    store = postgresql.PostgresStore(postgresql_url).open()
+    real, calls = postgresql._upsert, []
+
+    def upsert(conn: Any, rows: list[tuple[Any, ...]]) -> list[bool]:
+        done = real(conn, rows)  # committed on the server
+        calls.append(len(rows))
+        if len(calls) == 1:  # ... and the answer lost with the connection
+            conn.close()
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return done
+
+    monkeypatch.setattr(postgresql, "_upsert", upsert)
+    try:
+        turn = _turn(1, "conv", T0)
+        assert store.put_many([turn, _ev(2)]) == [False, False]
+        assert calls == [2, 2]  # tried again on a new connection
+        assert store.put_many([_ev(2, revision=1)]) == [True]  # a newer evaluation still is
+        assert _sql(postgresql_url, "SELECT turns FROM sessions") == [(1,)]
     finally:
         store.close()
 
