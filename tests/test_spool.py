@@ -264,6 +264,28 @@ def test_fsync_asks_sqlite_for_a_full_sync(tmp_path: Path) -> None:
         spool.close()
 
 
+def test_with_fsync_the_sqlite_store_commits_durably_too(tmp_path: Path) -> None:
+    """A spool row is deleted once its trace's evaluation is committed to the store. With
+    ``store.spool_fsync`` the delete is flushed to disk, so the store's commit must be too:
+    at ``synchronous=NORMAL`` (WAL) a commit is flushed only at the next checkpoint, and a
+    power loss before it lost the evaluation while the spool's flushed delete had already
+    dropped the request: an acknowledged trace gone, where the setting promises power loss
+    is survived. The serving process's store and the worker processes' (opened from the
+    same session settings) commit at FULL; without the setting, NORMAL as before."""
+    from otel_eval.store import SqliteStore, store_at
+
+    for fsync, level in ((False, 1), (True, 2)):
+        cfg = replace(Config(), **{"store.path": str(tmp_path / f"e{fsync}.db"),
+                                   "store.spool_fsync": fsync})
+        store = store_at(cfg.store.target, cfg.store.session)  # as serve and its workers do
+        assert isinstance(store, SqliteStore)
+        store.open()
+        try:
+            assert store._db.execute("PRAGMA synchronous").fetchone()[0] == level
+        finally:
+            store.close()
+
+
 def test_an_unreadable_spool_is_set_aside_and_a_new_one_begun(tmp_path: Path) -> None:
     path = tmp_path / "store.db-spool"
     path.write_bytes(b"not a database, as after a power loss without fsync " * 100)

@@ -61,7 +61,7 @@ def store_at(target: str, session: SessionLimits | None = None, *,
     if is_postgresql_url(target):
         from otel_eval.store.postgresql import PostgresStore
         return PostgresStore(target, session=session or SessionLimits(), read_only=read_only)
-    return SqliteStore(target, read_only=read_only)
+    return SqliteStore(target, read_only=read_only, fsync=session is not None and session.fsync)
 
 
 def opened(store: EvaluationStore) -> EvaluationStore:

@@ -111,6 +111,11 @@ class SessionLimits:
 
     statement_timeout_s: float = 30.0
     lock_timeout_s: float = 10.0
+    # SQLite: every commit flushed to disk (``synchronous=FULL``; else NORMAL, flushed at the
+    # WAL's checkpoints). On with ``store.spool_fsync``: the spool's flushed delete of a
+    # request follows the commit of its trace's evaluation, so that commit must survive a
+    # power loss too, or the trace is in neither. PostgreSQL commits durably on its own.
+    fsync: bool = False
 
 
 class EvaluationStore(Protocol):

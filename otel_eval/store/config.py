@@ -35,7 +35,8 @@ class StoreConfig:
     # throttle (reason `spool_full`; gRPC RESOURCE_EXHAUSTED, HTTP 429) and exporters retry.
     # One service's share of it: assembly.max_service_share (throttle reason `service_share`).
     spool_max_bytes: int = 512 * 1024 * 1024
-    # fsync every spooled request: survives power loss too, not only a crash of the process.
+    # fsync every spooled request: survives power loss too, not only a crash of the process
+    # (a SQLite store then flushes each commit too: a request leaves the spool once stored).
     spool_fsync: bool = False
     # When the store refuses a write (disk full, read-only, locked, connection lost), the
     # batch is kept (in memory and the spool: not acknowledged as done) and written again
@@ -78,7 +79,7 @@ class StoreConfig:
     @property
     def session(self) -> SessionLimits:
         """What each of the store's database sessions is limited to (PostgreSQL)."""
-        return SessionLimits(self.statement_timeout_s, self.lock_timeout_s)
+        return SessionLimits(self.statement_timeout_s, self.lock_timeout_s, self.spool_fsync)
 
     @property
     def target(self) -> str:

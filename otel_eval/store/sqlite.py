@@ -114,10 +114,11 @@ class SqliteStore(KeptSessions):
     _session_sql = session_sql("?", "char", "INSTR")
 
     def __init__(self, path: str, *, clock_ns: Callable[[], int] = time.time_ns,
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, fsync: bool = False) -> None:
         self.path = path
         self.location = path
         self._read_only = read_only  # opened read-only: no migration, every write refused
+        self._fsync = fsync  # each commit flushed to disk (``SessionLimits.fsync``)
         self._lock = threading.Lock()
         self._clock_ns = clock_ns  # when agent history rows are seen (tests inject one)
         self._remembered = 0  # remember_agents calls, for the whole-table prune
@@ -144,7 +145,7 @@ class SqliteStore(KeptSessions):
             else:
                 if path != ":memory:":
                     self._db.execute("PRAGMA journal_mode=WAL")
-                    self._db.execute("PRAGMA synchronous=NORMAL")
+                    self._db.execute(f"PRAGMA synchronous={'FULL' if self._fsync else 'NORMAL'}")
                 migrate_sqlite(self._db)
         except BaseException:
             self._db.close()
