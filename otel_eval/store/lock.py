@@ -6,7 +6,8 @@ deletes them. ``InstanceLock`` takes ``fcntl.flock(LOCK_EX | LOCK_NB)`` on ``<fi
 writes the holder's pid into it; a second process is refused with a ``StartupError`` naming
 the file and that pid. The kernel drops the lock when the holder exits, however it exits
 (kill -9 included), so a stale lock file never blocks a restart. The lock file itself stays:
-deleting it would let two processes lock two different files of the same name. The lock file
+deleting it would let two processes lock two different files of the same name. A pid that
+cannot be written (a full disk at start) is logged: the lock is held without it. The lock file
 sits beside the file's real path (symlinks resolved): the same store reached through a symlink
 (a mounted volume's alias) is the same store. A hard link or a second bind mount of one file
 is not recognised.
@@ -16,11 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 from pathlib import Path
 from typing import IO
 
 from otel_eval.base.configcheck import StartupError
+
+log = logging.getLogger(__name__)
 
 
 class InstanceLock:
@@ -53,15 +57,20 @@ class InstanceLock:
                 f"{self.what} {self.name} is in use by another otel-eval "
                 f"serve (pid {holder}, lock {self.path}); stop it, or give this one its own "
                 "store.path") from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()}\n")
-        f.flush()
-        self._file = f
+        self._file = f  # held from here on, whether or not the pid can be written
+        try:
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()}\n")
+            f.flush()
+        except OSError as e:  # a full disk: the pid only names the holder in a refusal
+            log.warning("%s %s: cannot write its pid into %s (%s); locked without it",
+                        self.what, self.name, self.path, e.strerror or e)
 
     def release(self) -> None:
         f, self._file = self._file, None
         if f is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-            f.close()
+            with contextlib.suppress(OSError):  # a pid a full disk left unwritten
+                f.close()

@@ -180,3 +180,27 @@ def test_a_store_serve_cannot_open_is_refused_in_one_line(tmp_path: Path) -> Non
         url = f"postgresql://otel:s3cret@127.0.0.1:{s.getsockname()[1]}/db?connect_timeout=5"
         line = one_line_failure(_serve("--store", url))
     assert "store postgresql://otel:***@127.0.0.1:" in line and "s3cret" not in line
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_lock_whose_pid_cannot_be_written_still_locks_and_serve_goes_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A full disk at start (serve restarted by its supervisor after giving up on a full
+    store, a new volume that filled): writing the pid into the lock file fails with ENOSPC
+    (here: the lock file is /dev/full). Before, that OSError left ``acquire`` with the lock
+    file open and flocked, and serve stopped with a traceback. The pid only names the holder
+    in a second serve's refusal: the lock is held without it, and serve goes on (a store
+    that refuses writes is throttled and retried until space returns)."""
+    from otel_eval.store.lock import InstanceLock
+
+    store = tmp_path / "otel-eval.db"
+    (tmp_path / "otel-eval.db.lock").symlink_to("/dev/full")
+    first = InstanceLock(str(store), "store")
+    first.acquire()  # held, its pid unwritten
+    assert "cannot write its pid" in caplog.text
+    with pytest.raises(StartupError, match=r"is in use by another otel-eval serve"):
+        InstanceLock(str(store), "store").acquire()
+    first.release()
+    second = InstanceLock(str(store), "store")
+    second.acquire()  # released: free again
+    second.release()
