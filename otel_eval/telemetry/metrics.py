@@ -166,8 +166,8 @@ from otel_eval.telemetry.sessions import SessionMetrics
 from otel_eval.telemetry.traces import LATENCY_BUCKETS, TOOL_ERROR_KINDS, TraceMetrics
 from otel_eval.telemetry.workers import WorkerMetrics
 
-__all__ = ["OTHER", "TOOL_ERROR_KINDS", "EvaluationMetrics", "JudgeMetrics", "KafkaMetrics",
-           "Metrics", "SinkMetrics", "SpoolMetrics", "render"]
+__all__ = ["OTHER", "SPOOL_OPERATIONS", "TOOL_ERROR_KINDS", "EvaluationMetrics", "JudgeMetrics",
+           "KafkaMetrics", "Metrics", "SinkMetrics", "SpoolMetrics", "render"]
 
 
 class Metrics:
@@ -411,6 +411,12 @@ class KafkaMetrics:
         self.c_publish_dropped.labels(topic_kind, reason).inc(n)
 
 
+# What a spool operation failed at (``spool_failures_total{operation}``): a request's row,
+# deleting evaluated traces' rows, marking what assembly took, opening the file, reading a
+# row back at start.
+SPOOL_OPERATIONS = ("append", "delete", "settle", "open", "replay")
+
+
 class SpoolMetrics:
     """The spool (``otel_eval.assemble.spool``): what it holds, what it replayed, what failed."""
 
@@ -443,7 +449,11 @@ class SpoolMetrics:
         self.g_bytes.set(n_bytes)
 
     def bound(self, max_bytes: int) -> None:
+        """The spool is open: its bound, and each failure at 0 (OtelEvalSpoolRefusingWrites
+        reads increase(): a series born at 1 would take the first failure for its baseline)."""
         self.g_max_bytes.set(max_bytes)
+        for operation in SPOOL_OPERATIONS:
+            self.c_failed.labels(operation)
 
     def replayed(self, n_spans: int) -> None:
         self.c_replayed.inc(n_spans)

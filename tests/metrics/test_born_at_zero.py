@@ -112,3 +112,21 @@ def test_every_reason_a_released_trace_is_skipped_for_is_declared_at_zero() -> N
     for reason in (handoff.ALREADY_EVALUATED, handoff.LATE, handoff.NOT_A_RUN,
                    handoff.FOREIGN_SENDER, handoff.UNSTORABLE):
         assert _sample(metrics, "otel_eval_evaluation_skipped_total", reason=reason) == 0
+
+
+def test_the_spool_declares_its_failure_operations_when_it_opens(tmp_path: Path) -> None:
+    # OtelEvalSpoolRefusingWrites reads increase() of the appends that failed: a full disk's
+    # first refused export must count, not be the series' baseline
+    from otel_eval.assemble.spool import Spool
+    from otel_eval.telemetry.metrics import SPOOL_OPERATIONS
+
+    metrics = Metrics(CollectorRegistry())
+    assert _sample(metrics, "otel_eval_spool_failures_total", operation="append") is None
+    spool = Spool(str(tmp_path / "spool"), 1 << 20, metrics.spool).open()
+    try:
+        assert set(SPOOL_OPERATIONS) == {"append", "delete", "settle", "open", "replay"}
+        for operation in SPOOL_OPERATIONS:
+            assert _sample(metrics, "otel_eval_spool_failures_total",
+                           operation=operation) == 0
+    finally:
+        spool.close()
