@@ -430,7 +430,14 @@ def migrate_sqlite(db: sqlite3.Connection) -> list[int]:
 
 def migrate_postgresql(conn: Any) -> list[int]:
     """Apply the missing migrations on a psycopg connection, in one transaction holding the
-    migration advisory lock; the versions applied."""
+    migration advisory lock; the versions applied. An up-to-date store is only read, as
+    SQLite's: a process opening it during a failover's read-only window (a serve starting,
+    an evaluation worker restarted) is not refused for a ``CREATE TABLE IF NOT EXISTS``."""
+    if conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()[0]:
+        current = conn.execute(_CURRENT_VERSION).fetchone()[0]
+        if current >= LATEST:
+            _check(current)
+            return []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         return _apply_missing(conn.execute, POSTGRESQL,

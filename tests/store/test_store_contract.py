@@ -1100,6 +1100,34 @@ def test_a_commit_whose_answer_was_lost_is_not_counted_as_superseding(
         store.close()
 
 
+def _read_only(url: str, on: bool) -> None:
+    """The database of ``url`` read-only (``default_transaction_read_only``, which a session
+    takes when it starts) or writable again: a failover's read-only window."""
+    import psycopg
+
+    db = url.rsplit("/", 1)[1].split("?")[0]
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SET default_transaction_read_only = off")  # this session may write
+        admin.execute(f"ALTER DATABASE {db} SET default_transaction_read_only = "
+                      f"{'on' if on else 'off'}")
+
+
+def test_an_up_to_date_store_opens_while_the_server_is_read_only(postgresql_url: str) -> None:
+    """PostgreSQL only: a serve, or an evaluation worker restarted after a crash, opening the
+    store during a failover's read-only window (a replica not yet promoted). The schema is
+    up to date, so opening it only reads, as SQLite's open does. Before, the migration's
+    ``CREATE TABLE IF NOT EXISTS schema_version`` was refused in the read-only transaction:
+    serve would not start and the worker not restart until the window was over."""
+    open_store(postgresql_url).close()  # migrated while writable
+    _read_only(postgresql_url, True)
+    store = open_store(postgresql_url)
+    try:
+        assert store.count() == 0
+    finally:
+        store.close()
+        _read_only(postgresql_url, False)
+
+
 def _turn(i: int, session: str | None, at: int, service: str = "shop") -> Evaluation:
     ev = _ev(i, at=at, service=service)
     ev.trajectory.session_id = session
