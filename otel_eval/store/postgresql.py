@@ -20,8 +20,9 @@ revision rules (``otel_eval.store.base``):
 Text cannot hold NUL in PostgreSQL: the pulled-out columns and text arguments get U+FFFD
 instead, as in SQLite (``base.stored_args``; the body is JSON with ``\\u0000`` escapes,
 unchanged). One connection per store, guarded by a lock (the engine thread writes, admin
-threads read); a broken connection is
-reopened on the next call, and the engine's calls (``put_many`` and its reads) are tried once
+threads read); a broken connection, or one a write was refused on
+as read-only (a session opened in a failover's read-only window stays so), is reopened on
+the next call, and the engine's calls (``put_many`` and its reads) are tried once
 more at once on a new connection (a session the server ended) before raising: then the engine
 keeps the batch and retries it with back-off while the receivers throttle
 (``otel_eval.assemble.store_health``), instead of holding its thread here. psycopg is
@@ -39,6 +40,7 @@ from contextlib import closing
 from typing import Any, TypeVar, cast
 
 import psycopg
+import psycopg.errors
 import psycopg.sql
 
 from otel_eval.base.results import Evaluation
@@ -234,6 +236,9 @@ class PostgresStore(KeptSessions):
                 if not _timed_out(e):  # reopens; a timeout leaves it as it was
                     self._drop()
                 raise
+            except psycopg.errors.ReadOnlySqlTransaction:  # a session opened in a read-only
+                self._drop()  # window stays so: the next call opens one on what the URL
+                raise  # reaches now (the promoted server)
             finally:
                 if self._closed:  # close() gave up waiting for this call: it closes
                     self._drop()

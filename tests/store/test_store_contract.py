@@ -1128,6 +1128,34 @@ def test_an_up_to_date_store_opens_while_the_server_is_read_only(postgresql_url:
         _read_only(postgresql_url, False)
 
 
+def test_a_session_opened_while_the_server_was_read_only_is_not_kept(
+        postgresql_url: str) -> None:
+    """PostgreSQL only: a session opened in a failover's read-only window stays read-only
+    after it (here it took the database's ``default_transaction_read_only`` when it
+    started; a proxy's session to a server that stays a replica is the same). The store
+    kept that session after its write was refused ``read_only``, so every later write was
+    refused too, the receivers throttled, until serve gave up (or never, with
+    ``store.write_retry_max_elapsed_s: 0``). A write refused as read-only now drops the
+    session: the next attempt opens one on what the URL reaches now."""
+    import psycopg
+
+    from otel_eval.store.failures import write_failure
+
+    open_store(postgresql_url).close()  # migrated while writable
+    _read_only(postgresql_url, True)
+    store = open_store(postgresql_url)
+    try:
+        with pytest.raises(psycopg.Error) as refused:
+            store.put_many([_ev(1)])
+        assert write_failure(refused.value) == "read_only"
+        _read_only(postgresql_url, False)  # the window is over
+        assert store.put_many([_ev(1)]) == [False]
+        assert _ids(store.latest(5)) == [1]
+    finally:
+        store.close()
+        _read_only(postgresql_url, False)
+
+
 def _turn(i: int, session: str | None, at: int, service: str = "shop") -> Evaluation:
     ev = _ev(i, at=at, service=service)
     ev.trajectory.session_id = session
