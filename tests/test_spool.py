@@ -710,3 +710,23 @@ def test_a_long_run_does_not_pin_the_other_runs_of_its_requests(tmp_path: Path) 
     b.engine.process()
     assert b.stored_spans()[long_run] == 12
     b.crash()
+
+
+def test_a_request_is_not_refused_while_thinning_would_make_room(tmp_path: Path) -> None:
+    """Rows were thinned only after an evaluation was stored, and only down to a quarter of
+    max_bytes: a row whose other runs were done, left whole below that, stayed whole while
+    new runs filled the spool, and a request thinning would have made room for was refused
+    spool_full. The refusal thins such rows first (as many as make room, no more)."""
+    long_run = "d" * 32
+    first = [*_short_run("e" * 32, 20), span(long_run, 100, parent=9)]
+    size = len(body(first))
+    a = Node(tmp_path, max_bytes=5 * size)
+    assert a.send(first) is None
+    assert a.release() == 1  # the short run; its row is kept by the long run alone
+    assert a.spool.held()[1] == size  # below a quarter of max_bytes: not thinned yet
+    for k in range(4):  # other runs, none of them done yet
+        assert a.send(_short_run(f"{k + 1:032x}", 20)[1:]) is None, k
+    assert a.spool.held()[1] > 4 * size
+    assert a.send(_short_run("f" * 32, 20)[1:]) is None  # thinning the first row made room
+    assert a.spool.held()[1] <= 5 * size
+    a.crash()

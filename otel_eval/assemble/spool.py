@@ -51,8 +51,9 @@ Promises:
 - bounded: ``refusal`` says ``spool_full`` while ``max_bytes`` (span and log requests alike)
   are held, so receivers throttle both; a row half of whose traces are done is thinned to
   what the others hold (``_thin_rows``: their items as received, the same row) once a
-  quarter of ``max_bytes`` is held, so a long run with a span in every batch does not keep
-  everyone's batches whole until it ends; ``held_by``: the bytes per service.name
+  quarter of ``max_bytes`` is held (and before a request is refused, as many as make room
+  for it), so a long run with a span in every batch does not keep everyone's batches whole
+  until it ends; ``held_by``: the bytes per service.name
   (``service_load.RowLoad``: a row is charged to the services of the traces it still
   feeds; a row a previous process left, when its replay decodes it), for admission's
   ``max_service_share`` of ``max_bytes``;
@@ -246,13 +247,17 @@ class Spool:
     def refusal(self, nbytes: int) -> str | None:
         """``spool_full`` when a request of ``nbytes`` would pass the bound (one request is
         always taken into an empty spool, however large). Rows a failed delete left are
-        tried again first: with the spool full of them, no evaluation would come to."""
+        tried again first: with the spool full of them, no evaluation would come to; then
+        rows waiting to be thinned (``_thin_rows``) are, as many as make room."""
         if self._undeleted and self.bytes + nbytes > self.max_bytes:
             try:
                 self._delete([])
             except (sqlite3.Error, OSError) as e:  # still failing: counted, refused below
                 log.warning("spool: deleting rows of evaluated traces failed again: %s", e)
                 self.metrics.failed("delete")
+            self._report()
+        if self._thin and self.bytes + nbytes > self.max_bytes:
+            self._thin_rows(self.max_bytes - nbytes)
             self._report()
         return "spool_full" if self.bytes and self.bytes + nbytes > self.max_bytes else None
 
@@ -389,18 +394,19 @@ class Spool:
                   for rid, r in self._traces.get(tid, ()) if r == rev)]))
         if pairs:
             self._delete(pairs)
-            self._thin_rows()
+            self._thin_rows(self.max_bytes // 4)
             self._report()
 
-    def _thin_rows(self) -> None:
+    def _thin_rows(self, target: int) -> None:
         """Rows kept only by some of their traces (a long run's span in every batch keeps
         each batch until the run ends, up to ``max_trace_duration_s``) hold only what those
         traces hold, once the spool holds a quarter of ``max_bytes``: each row's body is
         written again in place (the same row: replayed in the order received), in its own
         transaction (the old body until it commits), its pairs and their marks unchanged.
         A row is thinned again only once half its traces are done since, so each byte is
-        written again a bounded number of times."""
-        while self._thin and self.bytes * 4 > self.max_bytes:
+        written again a bounded number of times. Rows are thinned while more than ``target``
+        bytes are held (a quarter of ``max_bytes``; before a refusal, as many as make room)."""
+        while self._thin and self.bytes > target:
             with self._lock:
                 if not self._thin:  # another thread took the last
                     return
