@@ -68,7 +68,8 @@ traces are stored (``kafka/offsets.py``), the same idea one level up.
 Parts: the file (schema and migrations, pragmas, an unreadable one set aside, the statements
 over its tables) is ``spool_file``; a row's body read back for a replay, written for a
 re-opened trace, or thinned, is ``spool_rows``; what a previous process left, read at open
-and replayed at start, is ``spool_backlog``; this module holds what the file holds and the
+and replayed at start, is ``spool_backlog``; what leaves it (pairs of stored evaluations
+deleted, rows thinned) is ``spool_leaving``; this module holds what the file holds and the
 rows' life.
 
 Threads: ``append`` and ``settle`` run on receiver threads under the engine lock (so a trace
@@ -84,8 +85,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from otel_eval.assemble import spool_backlog, spool_file
@@ -99,7 +99,8 @@ from otel_eval.assemble.spool_file import (
     damaged,
     transaction,
 )
-from otel_eval.assemble.spool_rows import Held, Replay, encoded, items_of, thinned
+from otel_eval.assemble.spool_leaving import Leaving, Request
+from otel_eval.assemble.spool_rows import Held, Replay, encoded, items_of
 from otel_eval.base.configcheck import StartupError
 from otel_eval.base.model import Span
 from otel_eval.decode.otlp_logs import HeldRecord
@@ -112,15 +113,7 @@ __all__ = ["CORRUPT_KEPT", "SCHEMA_VERSION", "SIGNALS", "Held", "Replay", "Spool
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class _Request:
-    nbytes: int
-    traces: set[str]  # traces it fed whose evaluation is not stored yet
-    signal: str = "traces"
-    fed: int = 0  # of them when its body was written (``_thin``)
-
-
-class Spool:
+class Spool(Leaving):
     """The constructor only constructs: ``open()`` opens the file and reads its backlog."""
 
     _db: sqlite3.Connection  # from open()
@@ -139,7 +132,7 @@ class Spool:
         self.metrics = metrics
         self._fsync = fsync
         self._lock = threading.Lock()
-        self._requests: dict[int, _Request] = {}
+        self._requests: dict[int, Request] = {}
         self._traces: dict[str, list[tuple[int, int]]] = {}  # trace -> [(request, revision)]
         # the traces left to replay with a stored revision's content, and those cut
         # (``Backlog.carried``, ``Backlog.cut``), read after the replay
@@ -211,7 +204,7 @@ class Spool:
         backlog = spool_backlog.read(self._db)
         self.carried, self.cut = backlog.carried, backlog.cut
         for rid, tids in backlog.pending.items():
-            self._requests[rid] = _Request(backlog.sizes[rid], set(tids),
+            self._requests[rid] = Request(backlog.sizes[rid], set(tids),
                                            backlog.signals.get(rid, "traces"), len(tids))
             self.bytes += backlog.sizes[rid]
             for tid in tids:
@@ -296,7 +289,7 @@ class Spool:
         with self._lock:
             self._marked[written[0]] = cut, foreign
             for rid, (raw, tids, sig, _), its in zip(written, rows, held, strict=True):
-                self._requests[rid] = _Request(len(raw), set(tids), sig, len(tids))
+                self._requests[rid] = Request(len(raw), set(tids), sig, len(tids))
                 self.bytes += len(raw)
                 self.load.add(rid, len(raw), its)
             if runs:
@@ -374,109 +367,7 @@ class Spool:
                 for tid in tids:
                     self._traces[tid].append((again, accepted[tid]))
 
-    # --- evaluated (engine worker, after the store's commit) --------------------------------
-
-    def evaluated(self, traces: Iterable[tuple[str, int]],
-                  alone: Iterable[tuple[str, int]] = ()) -> None:
-        """These (trace id, revision) evaluations are stored: their pairs, and the requests
-        left without one, leave the spool in one transaction (those of earlier revisions
-        too: a revision holds what they held). ``alone``: revisions that hold nothing of the
-        earlier ones (only spans passed on): their own pairs only."""
-        latest: dict[str, int] = {}
-        for tid, rev in traces:
-            latest[tid] = max(rev, latest.get(tid, rev))
-        only = set(alone)
-        with self._lock:  # a pair once (a revision alone released with a later one)
-            pairs = list(dict.fromkeys([
-                *((rid, tid) for tid, rev in latest.items()
-                  for rid, r in self._traces.get(tid, ()) if r <= rev),
-                *((rid, tid) for tid, rev in only
-                  for rid, r in self._traces.get(tid, ()) if r == rev)]))
-        if pairs:
-            self._delete(pairs)
-            self._thin_rows(self.max_bytes // 4)
-            self._report()
-
-    def _thin_rows(self, target: int) -> None:
-        """Rows kept only by some of their traces (a long run's span in every batch keeps
-        each batch until the run ends, up to ``max_trace_duration_s``) hold only what those
-        traces hold, once the spool holds a quarter of ``max_bytes``: each row's body is
-        written again in place (the same row: replayed in the order received), in its own
-        transaction (the old body until it commits), its pairs and their marks unchanged.
-        A row is thinned again only once half its traces are done since, so each byte is
-        written again a bounded number of times. Rows are thinned while more than ``target``
-        bytes are held (a quarter of ``max_bytes``; before a refusal, as many as make room)."""
-        while self._thin and self.bytes > target:
-            with self._lock:
-                if not self._thin:  # another thread took the last
-                    return
-                rid = next(iter(self._thin))
-                del self._thin[rid]
-                req = self._requests.get(rid)
-            if req is not None:
-                try:
-                    self._thin_one(rid, req)
-                except (sqlite3.Error, OSError) as e:  # the row stays whole: counted
-                    log.warning("spool: thinning request %d failed: %s", rid, e)
-                    self.metrics.failed("thin")
-                    return
-
-    def _thin_one(self, rid: int, req: _Request) -> None:
-        """Row ``rid``'s body written again with what its pending traces hold."""
-        with self._lock:
-            keep = set(req.traces)
-        raw = self.body(rid) if keep else None
-        body = None if raw is None else thinned(raw, req.signal, keep)
-        if raw is not None and body is not None and len(body) < len(raw):
-            with self._lock, transaction(self._db) as cur:
-                spool_file.rewrite(cur, rid, body)
-        with self._lock:
-            req.fed = len(keep)  # thinned again once half of these are done
-            if body is not None and self._requests.get(rid) is req and len(body) < req.nbytes:
-                self.bytes -= req.nbytes - len(body)
-                req.nbytes = len(body)
-                self.load.resize(rid, len(body))
-
-    def _delete(self, pairs: list[tuple[int, str]]) -> None:
-        """Delete pairs, and requests whose last pair goes; memory follows the commit. The
-        pairs a failed delete left (a full disk) go with these: their rows, and the bytes
-        they count against ``max_bytes``, were kept until the next start."""
-        with self._lock:
-            pairs = list(dict.fromkeys([*self._undeleted, *pairs]))
-            by_row: dict[int, list[str]] = {}
-            for rid, tid in pairs:
-                by_row.setdefault(rid, []).append(tid)
-            done = [rid for rid, tids in by_row.items()
-                    if rid in self._requests and self._requests[rid].traces <= set(tids)]
-            try:
-                with transaction(self._db) as cur:
-                    spool_file.delete(cur, pairs, done)
-            except BaseException:
-                self._undeleted = pairs  # tried again with the next delete
-                raise
-            self._undeleted = []
-            gone = set(pairs)
-            for tid in {t for _, t in pairs}:
-                keep = [e for e in self._traces.get(tid, ()) if (e[0], tid) not in gone]
-                if keep:
-                    self._traces[tid] = keep
-                else:
-                    self._traces.pop(tid, None)
-            for rid, tids in by_row.items():
-                if (req := self._requests.get(rid)) is not None:
-                    req.traces.difference_update(tids)
-                    self.load.done(rid, tids)
-                    if req.traces and 2 * len(req.traces) <= req.fed:
-                        self._thin[rid] = None  # half its traces are done: thin it
-            for rid in done:
-                self.bytes -= self._requests.pop(rid).nbytes
-                self._thin.pop(rid, None)
-                self.load.drop(rid)
-
     # --- plumbing ----------------------------------------------------------------------------
-
-    def _report(self) -> None:
-        self.metrics.held(len(self._requests), self.bytes)
 
     def held_by(self, service: str) -> int:
         """The bytes held for ``service`` (``RowLoad``)."""
