@@ -399,3 +399,33 @@ def test_an_llm_span_directly_under_an_llm_span_is_one_call(inner_parent: str,
 def test_mlflow_tool_inputs(inputs: str, arguments: Any) -> None:
     step = _read({"mlflow.spanType": '"TOOL"', "mlflow.spanInputs": inputs}, "get_weather")
     assert (step.kind, step.arguments) == ("tool", arguments)
+
+
+@pytest.mark.parametrize(("attrs", "why"), [
+    ({"gen_ai.usage.cost.amount": "free", "gen_ai.usage.cost.currency": "USD"},
+     "gen_ai.usage.cost.amount not understood"),
+    ({"gen_ai.usage.cost.amount": 0.5, "gen_ai.usage.cost.currency": "EUR"},
+     "gen_ai.usage.cost.amount in currency EUR"),
+    ({"llm.cost.total": 1e308}, "llm.cost.total 1e+308 USD is past any plausible cost"),
+])
+def test_a_recorded_cost_not_understood_is_counted_and_said(attrs: dict[str, Any],
+                                                            why: str) -> None:
+    """A cost the span recorded but that was not read (not understood, not dollars, past
+    any plausible one) left the step's cost unknown, yet the run's ``unrecorded.unparsed``
+    did not count it (as it counts every other value present but not understood), and the
+    budget's cost_unknown said "no price for <model>", not why: the recorded value."""
+    run = _CHAT | {"gen_ai.request.model": "no-such-model-anywhere"} | attrs
+    t = build_trajectory(trace(span("chat", attrs=run)), TrajectoryConfig())
+    assert t.steps[0].cost_usd is None
+    assert t.unrecorded.get("unparsed") == 1
+    config = DetectorsConfig(budgets=BudgetsConfig(cost_usd=1.0))
+    (finding,) = [f for f in Detectors(config).evaluate(t)[0] if f.detector == "budget"]
+    assert finding.kind == "cost_unknown"
+    assert why in finding.message
+
+
+def test_a_cost_not_recorded_nor_priced_is_not_unparsed() -> None:
+    run = _CHAT | {"gen_ai.request.model": "no-such-model-anywhere"}
+    t = build_trajectory(trace(span("chat", attrs=run)), TrajectoryConfig())
+    assert t.steps[0].cost_usd is None
+    assert "unparsed" not in t.unrecorded

@@ -60,7 +60,7 @@ from otel_eval.evaluate.conventions.openllmetry import (
 )
 from otel_eval.evaluate.conventions.values import as_float, as_int, as_name, as_str
 
-__all__ = ["EVENT_KEYS", "READERS", "SpanReader", "for_keys"]
+__all__ = ["EVENT_KEYS", "READERS", "SpanReader", "cost_unread", "for_keys"]
 
 # each convention's key of the cached input tokens, the first present read (its convention
 # named in the step's source): GenAI's current name, its former one, OpenLLMetry's,
@@ -140,6 +140,18 @@ def _cost(step: Step, span: Span, attrs: Attrs) -> None:
             step.cost_usd = value
             step.sources["cost_usd"] = f"span {key}"
             return
+
+
+def cost_unread(step: Step) -> str | None:
+    """Why the cost the step's span recorded was not read (not understood, not dollars,
+    past ``MAX_STEP_COST_USD``), when its cost is unknown: a value present but not
+    understood (``unrecorded.unparsed``); None otherwise (none recorded, or a price list's
+    reason)."""
+    why = step.unknown.get("cost_usd")
+    if step.cost_usd is None and why is not None and why.startswith(
+            (COST_AMOUNT, *LEGACY_COST_KEYS)):
+        return why
+    return None
 
 
 def _implausible(key: str, value: float) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from otel_eval.base.results import Finding
 from otel_eval.base.steps import Step, Trajectory
+from otel_eval.evaluate.conventions.span_readers import cost_unread
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig
 from otel_eval.evaluate.trajectory.prices import model_prices, step_cost, unpriced
@@ -36,8 +37,11 @@ def cost(trajectory: Trajectory) -> tuple[float, list[str], list[str]]:
         c = step_cost(s) if s.kind == "llm" else s.cost_usd
         if c is None:
             unknown.add(s.model or "<no model>")
-            why.add(unpriced(s) if s.kind == "llm" else
-                    f"no cost recorded for the agent {(s.node or s.name)[:200]}")
+            no_cost = (unpriced(s) if s.kind == "llm" else
+                       f"no cost recorded for the agent {(s.node or s.name)[:200]}")
+            unread = cost_unread(s)  # recorded, not read: said first
+            why.add(no_cost if unread is None else
+                    f"{unread}, and {no_cost}" if s.kind == "llm" else unread)
         else:
             total += c
     return total, sorted(unknown), sorted(why)

@@ -90,6 +90,7 @@ from otel_eval.evaluate.conventions.messages import (
     request_of,
     request_text,
 )
+from otel_eval.evaluate.conventions.span_readers import cost_unread
 from otel_eval.evaluate.conventions.values import MAX_OUTPUT_CALLS, as_str, parse_json
 from otel_eval.evaluate.trajectory.passes import Draft, run_passes
 from otel_eval.evaluate.trajectory.shapes import unrecognised
@@ -223,6 +224,8 @@ def _unrecorded(steps: list[Step], output: str | None) -> dict[str, int]:
             out["unparsed"] = out.get("unparsed", 0) + 1
         if step.kind == "llm" and len(step.tool_calls) >= MAX_OUTPUT_CALLS \
                 and step.calls_unknown:  # its calls past the bound (``read_span``)
+            out["unparsed"] = out.get("unparsed", 0) + 1
+        if cost_unread(step):  # a recorded cost not read, and none priced
             out["unparsed"] = out.get("unparsed", 0) + 1
     if output is None:
         out["output"] = 1
