@@ -376,3 +376,26 @@ def test_in_order_a_call_skipped_before_one_the_cut_trace_holds_is_missing() -> 
     t = traj(tool(*A), tool(*C), task_id="t1", status="truncated")
     (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
     assert (f.kind, f.attributes["missing"], f.attributes["unseen"]) == ("mismatch", ["b"], [])
+
+
+@pytest.mark.parametrize(("mode", "args"), [("exact", "exact"), ("superset", "subset")])
+def test_a_reference_call_without_arguments_takes_any_arguments(
+        tmp_path: Path, mode: str, args: str) -> None:
+    """A reference call written without ``arguments`` was read as no arguments, so under
+    the default argument mode (exact) a run that called it with any was a mismatch, its
+    arguments wrong. Left out, they are not compared (DeepEval's expected ToolCall with a
+    name only); an explicit ``{}`` still means none."""
+    path = tmp_path / "refs.jsonl"
+    path.write_text(json.dumps({"task_id": "t1", "match": mode, "arguments_match": args,
+                                "calls": [{"name": "search"}, {"name": "done",
+                                                               "arguments": {}}]}) + "\n")
+    golden = load_references(path)["t1"]
+    ran = traj(llm("x"), tool("search", {"q": "paris"}), tool("done", {}), task_id="t1")
+    (f,) = reference.detect(ran, DetectorsConfig(), Context(reference=golden))
+    assert f.kind == "match", f.message
+    assert f.attributes["argument_accuracy"] == 1.0
+    ran = traj(llm("x"), tool("search", {"q": "paris"}), tool("done", {"now": True}),
+               task_id="t1")
+    (f,) = reference.detect(ran, DetectorsConfig(), Context(reference=golden))
+    assert f.kind == "mismatch"
+    assert f.attributes["wrong_arguments"] == ["done"]

@@ -9,7 +9,9 @@ Match modes (how the call sequences must relate):
 Argument modes (when a call's arguments count as right): ``exact`` (equal after
 canonicalization; strings compared in Unicode NFC, whitespace collapsed), ``ignore``,
 ``subset`` (every argument given is in the reference with that value), ``superset`` (every
-reference argument is given with that value); per-tool overrides. Tool-name precision/recall
+reference argument is given with that value); per-tool overrides. A reference call written
+without ``arguments`` (or with null) takes any arguments in every mode (as DeepEval's expected
+call named only); ``{}`` means none. Tool-name precision/recall
 are reported apart from argument accuracy (on the calls whose name matched); ``score`` in
 0..1 is the share of reference calls satisfied (in_order, superset) or the F1 of satisfied
 calls (exact, any_order, which forbid extras).
@@ -80,8 +82,9 @@ class _Arguments:
         return self._canon[key]
 
     def ok(self, r: int, a: int, mode: str) -> bool:
-        """Whether actual ``a`` satisfies expected ``r`` under an argument mode."""
-        if mode == "ignore":
+        """Whether actual ``a`` satisfies expected ``r`` under an argument mode; a reference
+        call given no ``arguments`` (None) takes any (``{}``: none)."""
+        if mode == "ignore" or self._raw[0][r] is None:
             return True
         exp, act = self._normalized((0, r)), self._normalized((1, a))
         if mode == "exact" or not isinstance(exp, dict) or not isinstance(act, dict):
