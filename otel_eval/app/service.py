@@ -311,7 +311,8 @@ class Service:
             return f"{self.kafka.name} died ({type(e).__name__})"
         if not self.engine.healthy:
             return "the engine died (its worker thread or the evaluation workers)"
-        sink = next((s.name for s in self.sinks if isinstance(s, Live) and not s.healthy), None)
+        parts = [*self.sinks, *([self.feedback_topic] if self.feedback_topic else [])]
+        sink = next((s.name for s in parts if isinstance(s, Live) and not s.healthy), None)
         return None if sink is None else f"the {sink} sink's worker died"
 
     @property

@@ -85,6 +85,13 @@ class ResultsPublisher:
         self._producer = producer
         self._task = asyncio.create_task(self._run(), name="kafka-results")
 
+    @property
+    def healthy(self) -> bool:
+        """Its sending task alive (base.component.Live): False once it died before a stop
+        (past its boundaries), as a dead sender's sink is (/healthz, /readyz)."""
+        task = self._task
+        return task is None or not task.done() or self._stopped
+
     def items(self, trace: Trace, evaluation: Evaluation | None) -> int:
         return 0 if evaluation is None else 1  # one record per evaluation
 

@@ -9,6 +9,7 @@ no sinks, no session or issues job, retention or engine thread."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +88,40 @@ def test_the_publishing_front_end_starts_only_what_it_uses(tmp_path: Path, store
     assert svc.grpc is not None and type(svc.grpc.ingest.engine).__name__ == "PublishingEngine"
     # no SQLite file created; the fleet's PostgreSQL store is read by the admin API
     assert svc.store.location == (":memory:" if store == "sqlite" else svc.config.store.target)
+
+
+def _died(publisher: Any) -> None:
+    """``publisher``'s sending task, as it is once it died past its boundary."""
+    async def boom() -> None:
+        raise RuntimeError("boom")
+
+    loop = asyncio.new_event_loop()
+    try:
+        task = loop.create_task(boom())
+        loop.run_until_complete(asyncio.wait([task]))
+        assert isinstance(task.exception(), RuntimeError)
+    finally:
+        loop.close()
+    publisher._task = task
+
+
+@pytest.mark.parametrize("front_end", [True, False])
+def test_a_dead_results_publisher_turns_health_and_readiness_red(
+        tmp_path: Path, front_end: bool) -> None:
+    """The results topic's publisher (a worker's sink; a publishing front end's, for the
+    verdicts its feedback re-judges) had no ``healthy``, so its task dying left /healthz and
+    /readyz green while nothing more reached the topic; docs/api.md promises a 503 naming
+    the stage that died."""
+    if front_end:
+        svc = _service(tmp_path, **{"kafka.publish": True,
+                                    "store.url": "postgresql://u@db:5432/e"})
+        part = svc.feedback_topic
+    else:
+        svc = _service(tmp_path)  # a Kafka worker (kafka.brokers, not kafka.publish)
+        part = next(s for s in svc.sinks if type(getattr(s, "part", s)).__name__
+                    == "ResultsPublisher")
+    assert part is not None
+    assert svc._dead() is None
+    _died(part.part)
+    assert not svc.healthy
+    assert "results" in (svc._dead() or "")
