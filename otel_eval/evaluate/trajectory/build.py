@@ -225,7 +225,7 @@ def _unrecorded(steps: list[Step], output: str | None) -> dict[str, int]:
         if step.kind == "llm" and len(step.tool_calls) >= MAX_OUTPUT_CALLS \
                 and step.calls_unknown:  # its calls past the bound (``read_span``)
             out["unparsed"] = out.get("unparsed", 0) + 1
-        if cost_unread(step):  # a recorded cost not read, and none priced
+        if "cost_usd" in step.unknown and cost_unread(step):  # a recorded cost not read
             out["unparsed"] = out.get("unparsed", 0) + 1
     if output is None:
         out["output"] = 1
