@@ -32,7 +32,12 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from otel_eval.store.sessions import KEY_SEPARATOR, MAX_SERVICE_CHARS, session_key
+from otel_eval.store.sessions import (
+    FIRST_COMPLETED,
+    KEY_SEPARATOR,
+    MAX_SERVICE_CHARS,
+    session_key,
+)
 
 __all__ = ["KeptSessions", "SessionRow", "SessionWrites", "events", "first_completion", "rekey",
            "session_writes", "sql"]
@@ -257,11 +262,12 @@ def sql(m: str, char: str, instr: str) -> dict[str, str]:
         "claim": f"UPDATE sessions SET state = 'claimed', claim = {m}, claimed_at_ns = {m} "
                  f"WHERE session_id = {m} AND last_turn_ns = {m} AND (state = 'open' OR "
                  f"(state = 'claimed' AND claimed_at_ns < {m}))",
-        # the first completion's time kept (migration 18): the one the metrics count
+        # the first completion's time kept (migration 18): the one the metrics count (one an
+        # earlier release's worker stored without it, in a rolling upgrade: FIRST_COMPLETED)
         "complete": f"UPDATE sessions SET state = 'complete', claim = NULL, body = {m}, "
                     f"passed = {m}, completed_at_ns = {m}, completions = completions + 1, "
                     f"first_completed_at_ns = CASE WHEN completions = 0 THEN {m} "
-                    f"ELSE first_completed_at_ns END, events_due_ns = {m} "
+                    f"ELSE {FIRST_COMPLETED} END, events_due_ns = {m} "
                     f"WHERE session_id = {m} AND state = 'claimed' AND claim = {m}",
         # completions whose event is owed, its holder's lease over (``events``): oldest first
         "events_due": f"SELECT session_id, completions, events_due_ns FROM sessions WHERE "

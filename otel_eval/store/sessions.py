@@ -122,6 +122,11 @@ class AmbiguousSession(LookupError):
         self.session_id = session_id
         self.services = services
 _TEXT = ("service", "agent")
+# When a session was first completed (what the counted window selects on): the column, or
+# for a session completed once without it, that completion (an earlier release's worker still
+# running after migration 18, a rolling upgrade, completes sessions without setting it)
+FIRST_COMPLETED = ("COALESCE(first_completed_at_ns, "
+                   "CASE WHEN completions = 1 THEN completed_at_ns END)")
 PARAMETERS = (*_TEXT, "passed", "detector", "since", "until", "counted_since",
               "counted_until", "counted_window", "limit", "cursor")
 MAX_DETECTOR_CHARS = 129  # "detector:kind", each at most 64 (the metrics' label bound)
@@ -231,10 +236,10 @@ def session_list_sql(q: SessionQuery, mark: str, after: SessionCursor | None,
             args += given
     completed = []  # the first completion's time, the instant the session metrics count it
     if q.counted_since_ns is not None:
-        completed.append(f"first_completed_at_ns >= {mark}")
+        completed.append(f"{FIRST_COMPLETED} >= {mark}")
         args.append(q.counted_since_ns)
     if q.counted_until_ns is not None:
-        completed.append(f"first_completed_at_ns < {mark}")
+        completed.append(f"{FIRST_COMPLETED} < {mark}")
         args.append(q.counted_until_ns)
     if completed:
         where.append("session_id IN (SELECT session_id FROM sessions WHERE "

@@ -1520,3 +1520,33 @@ def test_a_counted_window_holds_a_run_at_its_first_evaluation(target: str,
     assert counted(counted_since="0") == [f"{2:032x}"]
     stores().put_many([_ev(2, revision=1, at=T0 + 500)])  # re-evaluated: still counted once
     assert counted(counted_since=s(T0 + 200), counted_until=s(T0 + 201)) == [f"{2:032x}"]
+
+
+def test_a_session_an_earlier_release_completed_in_a_rolling_upgrade_is_counted(
+        target: str, stores: Open) -> None:
+    """A rolling upgrade of a fleet on one store (Helm's default): a worker of the release
+    before migration 18, still running after a new one migrated, completes a conversation
+    with its own statement, which sets no ``first_completed_at_ns``; its metrics count it.
+    Before, that session was in no counted window, ever (NULL), nor after a late turn's
+    re-completion by an upgraded worker: the alert's link listed nothing of it. A session
+    completed once is counted at that completion, whoever stored it."""
+    store = stores()
+    store.put_many([_turn(1, "old", T0 + 1), _turn(2, "back", T0 + 2)])
+    for n, (key, last) in enumerate(((_key("old"), T0 + 1), (_key("back"), T0 + 2))):
+        assert store.claim_session(key, last, f"old:{n}", T0 + 10, 0)
+        # the earlier release's "complete" (3920b6c4 session_rows.py), as it ran
+        _sql(target, f"UPDATE sessions SET state = 'complete', claim = NULL, body = '{{}}', "
+                     f"passed = NULL, completed_at_ns = {T0 + 100 + n}, "
+                     f"completions = completions + 1, events_due_ns = NULL "
+                     f"WHERE session_id = '{key}' AND state = 'claimed' AND claim = 'old:{n}'")
+    store.put_many([_turn(3, "back", T0 + 500)])  # re-opened, completed by an upgraded worker
+    assert store.claim_session(_key("back"), T0 + 500, "new:1", T0 + 900, 0)
+    assert store.complete_session(_key("back"), "new:1", {}, T0 + 1000)
+
+    def counted(since: int, until: int) -> list[str]:
+        q = SessionQuery(counted_since_ns=since, counted_until_ns=until)
+        return [k for k, _ in stores().session_ids(q, None, 10)]
+
+    assert counted(T0 + 100, T0 + 101) == [_key("old")]
+    assert counted(T0 + 101, T0 + 102) == [_key("back")]
+    assert counted(T0 + 102, T0 + 2000) == []
