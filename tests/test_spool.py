@@ -730,3 +730,32 @@ def test_a_request_is_not_refused_while_thinning_would_make_room(tmp_path: Path)
     assert a.send(_short_run("f" * 32, 20)[1:]) is None  # thinning the first row made room
     assert a.spool.held()[1] <= 5 * size
     a.crash()
+
+
+def test_rows_a_previous_process_left_whole_are_thinned_after_the_restart(
+        tmp_path: Path) -> None:
+    """Rows an earlier release left (it never thinned), or that a process left before it
+    thinned them (under a quarter of its max_bytes, or a crash first), each held a long
+    run's span and a short run evaluated since. Before, a replayed row counted as fed only
+    by its pending traces, so it was thinned only once half of those were done: never, for
+    the long run's, and the spool stayed as full as the upgrade found it, every sender
+    throttled spool_full until the long run ended. A replayed row is thinned as a live one."""
+    long_run = "d" * 32
+    size = len(body([*_short_run("e" * 32, 20), span(long_run, 100, parent=9)]))
+    a = Node(tmp_path)  # never past a quarter of its max_bytes: nothing thinned
+    for k in range(12):
+        batch = [*_short_run(f"{k + 1:032x}", 20), span(long_run, 100 + k, parent=9)]
+        assert a.send(batch) is None, k
+        assert a.release() == 1  # the short run; the long one stays open
+    assert a.spool.held()[1] > 11 * size
+    a.crash()
+
+    b = Node(tmp_path, max_bytes=12 * size)
+    assert b.replayed[1] == 12  # the long run's spans, each kept
+    assert b.spool.held()[1] * 4 <= 12 * size  # thinned down to a quarter of max_bytes
+    assert b.send(_short_run("f" * 32, 20)) is None  # not spool_full
+    b.now += 10_000
+    b.engine.tick()
+    b.engine.process()
+    assert b.stored_spans()[long_run] == 12
+    b.crash()

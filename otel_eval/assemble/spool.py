@@ -53,7 +53,8 @@ Promises:
   what the others hold (``_thin_rows``: their items as received, the same row) once a
   quarter of ``max_bytes`` is held (and before a request is refused, as many as make room
   for it), so a long run with a span in every batch does not keep everyone's batches whole
-  until it ends; ``held_by``: the bytes per service.name
+  until it ends (a row a previous process left, whatever it was fed, after the replay);
+  ``held_by``: the bytes per service.name
   (``service_load.RowLoad``: a row is charged to the services of the traces it still
   feeds; a row a previous process left, when its replay decodes it), for admission's
   ``max_service_share`` of ``max_bytes``;
@@ -206,6 +207,9 @@ class Spool(Leaving):
         for rid, tids in backlog.pending.items():
             self._requests[rid] = Request(backlog.sizes[rid], set(tids),
                                            backlog.signals.get(rid, "traces"), len(tids))
+            # what else it was fed is not known (an earlier release never thinned; a process
+            # may stop before it thinned): thinned once, if it holds more (``_thin_rows``)
+            self._thin[rid] = None
             self.bytes += backlog.sizes[rid]
             for tid in tids:
                 self._traces.setdefault(tid, []).append((rid, 0))
@@ -216,7 +220,9 @@ class Spool(Leaving):
         """Hand every pending trace's spans and log records to ``submit``, oldest request
         first (``Backlog.replay``). Returns (requests, spans, records) replayed."""
         backlog, self._backlog = self._backlog, Backlog()
-        return backlog.replay(self, submit, self._wall)
+        replayed = backlog.replay(self, submit, self._wall)
+        self._thin_rows()  # rows left whole, as the spool found them
+        return replayed
 
     def body(self, rid: int) -> bytes | None:
         """Request ``rid``'s bytes; None when it is gone."""
