@@ -22,19 +22,19 @@ is read, and with ``kafka.results_topic`` the verdicts its feedback re-judges th
 published to the topic). The async stages (judge, Kafka) share one event loop thread (``aio``).
 
 Lifecycle (``otel_eval.app.lifecycle``): every long-running part is a ``Component`` with
-``start()`` and ``shutdown(deadline_s)``. ``Service()`` only constructs them (no file, socket
-or thread is opened); ``_lifecycle`` lists them in start order (instance locks, store,
-spool, event loop, admin, issues job (stopped here; its runs start after the sinks, so the
-judge that names new issues is up), retention, sinks, session job, Kafka, engine, listeners
-bound, spool replay, receivers serving, readiness) and shutdown runs the list backwards with
-what is left of one deadline (SIGTERM / SIGINT; a second signal exits at once): receivers
-stop accepting, the engine evaluates what was released and the runs that ended and leaves
-the runs still going unjudged in the spool (a stop is no verdict; the next start resumes
-them with their timers), the Kafka consumer commits what got stored (not the records of
-those runs), the session job stops before the judge and events it feeds, the judge drains
-before the events it writes are flushed, the store closes last. Nothing
-acknowledged is lost; with the spool (default), not on kill -9 either (Kafka ingest: the topic
-and its committed offsets play that part).
+``start()`` and ``shutdown(deadline_s)``. ``Service()`` only constructs them (no file,
+socket or thread is opened); ``_lifecycle`` lists them in start order (the judge's
+configuration checked, instance locks, store, spool, event loop, admin, issues job (stopped
+here; its runs start after the sinks, so the judge that names new issues is up), retention,
+sinks, session job, Kafka, engine, listeners bound, spool replay, receivers serving,
+readiness) and shutdown runs the list backwards with what is left of one deadline (SIGTERM /
+SIGINT; a second signal exits at once): receivers stop accepting, the engine evaluates what
+was released and the runs that ended and leaves the runs still going unjudged in the spool
+(a stop is no verdict; the next start resumes them with their timers), the Kafka consumer
+commits what got stored (not the records of those runs), the session job stops before the
+judge and events it feeds, the judge drains before the events it writes are flushed, the
+store closes last. Nothing acknowledged is lost; with the spool (default), not on kill -9
+either (Kafka ingest: the topic and its committed offsets play that part).
 """
 
 from __future__ import annotations
@@ -331,6 +331,9 @@ class Service:
         events it writes to are flushed; retention and the issues job stop;
         the admin endpoint answers until the end; the store and spool close last."""
         lc = Lifecycle()
+        if any(isinstance(s, SessionJudging) for s in self.sinks):  # the judge stage's
+            # configuration, refused before anything is opened (a store, a spool migrated)
+            lc.add("judge check", Step(start=lambda: judge.check(self.config.judge)))
         # one serve per store and spool, before either is opened (a second is refused here)
         lc.add("instance lock", Step(start=self._take_locks,
                                      shutdown=lambda _d: self._release_locks()))

@@ -136,3 +136,49 @@ def test_the_cost_of_a_model_without_a_price_is_unknown_not_zero(
     assert judged["totals"]["cost_usd"] is None
     assert all(j["cost_usd"] is None for j in judged["judges"].values() if j["calls"])
     assert "cost unknown" in err and "$0.0000" not in err
+
+
+def test_serve_refuses_an_unpriced_cap_before_it_migrates_the_store_or_the_spool(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An upgrade in place: the store (schema 17) and spool (schema 4) of the release before
+    this one, and its configuration, a judge model litellm has no price for, which that
+    release took. This one refuses it at start (the cap would never apply), but did so
+    when the judge started, after the store and spool were migrated: the release the
+    operator went back to then refused both as written by a newer one. A configuration
+    refused is now refused before anything is opened: the files are left as they were."""
+    import sqlite3
+
+    from prometheus_client import CollectorRegistry
+
+    from otel_eval.assemble.spool import Spool
+    from otel_eval.store import open_store
+    from otel_eval.telemetry.metrics import Metrics
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    db = str(tmp_path / "otel-eval.db")
+    open_store(db).close()
+    spool = Spool(f"{db}-spool", 1 << 20, Metrics(CollectorRegistry()).spool).open()
+    spool.close()
+    with sqlite3.connect(db) as conn:  # as the release before migration 18 left it
+        conn.execute("ALTER TABLE sessions DROP COLUMN first_completed_at_ns")
+        conn.execute("DELETE FROM schema_version WHERE version >= 18")
+    conn.close()
+    with sqlite3.connect(f"{db}-spool") as conn:  # as spool schema 4 was
+        conn.execute("ALTER TABLE spool_traces DROP COLUMN cut")
+        conn.execute("DROP TABLE spool_refused")
+        conn.execute("PRAGMA user_version = 4")
+    conn.close()
+
+    code = main(["serve", "--store", db, "--workers", "1", "--judge", "openai/gpt-9-unreleased",
+                 "--judge-api-base", "http://127.0.0.1:9/v1",
+                 "--grpc-endpoint", "127.0.0.1:0", "--http-endpoint", "127.0.0.1:0",
+                 "--admin-endpoint", "127.0.0.1:0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "litellm has no price for openai/gpt-9-unreleased" in err, err
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone() == (17,)
+    conn.close()
+    with sqlite3.connect(f"{db}-spool") as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
+    conn.close()

@@ -93,13 +93,14 @@ def test_a_second_serve_on_the_same_store_through_a_symlink_is_refused(tmp_path:
 @pytest.mark.parametrize("spool", [{"store.spool": False},
                                    {"store.spool_path": "{tmp}/own-spool"}],
                          ids=["spool off", "spool elsewhere"])
-def test_a_second_serve_on_the_same_judge_journal_is_refused(tmp_path: Path,
-                                                             spool: dict[str, Any]) -> None:
+def test_a_second_serve_on_the_same_judge_journal_is_refused(
+        tmp_path: Path, spool: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """With PostgreSQL, ``store.path`` holds the judge's pending-work journal (and rubric
     cache); only the spool was locked, so with the spool off or elsewhere nothing locked it,
     and a second serve on the same path marked the first one's queued judge work skipped
     ``restart`` and sent its events again. The journal's file is locked as the store's is:
     the second is refused at start, naming the file and the holder."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # the judge's check passes: the lock
     path = str(tmp_path / "local.db")
     changes = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in spool.items()}
     # never reached: the lock is taken before the store is opened

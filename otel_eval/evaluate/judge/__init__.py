@@ -47,7 +47,7 @@ _EXPORTS = {
 __all__ = [
     "SKIP_REASONS", "Judge", "JudgeConfig", "JudgeObserver", "JudgeQueue", "MemoryRubricCache",
     "NoopObserver", "RubricCache", "SkipReason", "SqliteRubricCache", "TaskTrials", "Trial",
-    "build", "summarize", "trials_of",
+    "build", "check", "summarize", "trials_of",
 ]
 
 
@@ -55,6 +55,17 @@ def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+
+
+def check(config: JudgeConfig) -> None:
+    """Refuse a judge that cannot work (its provider's key missing, a cost cap on a model
+    litellm has no price for): serve's first step, before its store and spool are opened,
+    and migrated (an upgrade's files are left as they were, for the release gone back to)."""
+    if config.active:
+        from otel_eval.evaluate.judge.client import check_credentials, check_prices
+
+        check_credentials(config)
+        check_prices(config)
 
 
 def build(config: JudgeConfig, deps: Deps,
