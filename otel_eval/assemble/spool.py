@@ -221,7 +221,7 @@ class Spool(Leaving):
         first (``Backlog.replay``). Returns (requests, spans, records) replayed."""
         backlog, self._backlog = self._backlog, Backlog()
         replayed = backlog.replay(self, submit, self._wall)
-        self._thin_rows()  # rows left whole, as the spool found them
+        self._thin_rows(self.max_bytes // 4)  # rows left whole, as the spool found them
         return replayed
 
     def body(self, rid: int) -> bytes | None:
