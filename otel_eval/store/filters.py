@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from otel_eval.base.jsontext import ascii_json
-from otel_eval.store.query import Cursor, EvaluationQuery, Page, detector_kinds, label_condition
+from otel_eval.store.query import (
+    Cursor,
+    EvaluationQuery,
+    Page,
+    detector_kinds,
+    first_evaluated,
+    label_condition,
+)
 
 
 @dataclass(frozen=True)
@@ -148,10 +155,10 @@ def conditions(q: EvaluationQuery, d: Dialect) -> tuple[list[str], list[Any]]:
         args.append(q.until_ns)
     if q.counted_since_ns is not None:  # a run is evaluated again after its first, never
         # before: the time index bounds the rows looked at
-        where.append(f"first_evaluated_at_ns >= {m} AND evaluated_at_ns >= {m}")
+        where.append(f"{first_evaluated()} >= {m} AND evaluated_at_ns >= {m}")
         args += [q.counted_since_ns] * 2
     if q.counted_until_ns is not None:
-        where.append(f"first_evaluated_at_ns < {m}")
+        where.append(f"{first_evaluated()} < {m}")
         args.append(q.counted_until_ns)
     if q.cursor is not None:  # strictly after the previous page's last row (the first term
         # starts the index range there: no newer row is looked at, nor its body read)

@@ -69,7 +69,7 @@ from otel_eval.store.base import stored_args as _args
 from otel_eval.store.base import stored_text as _text
 from otel_eval.store.failures import TIMEOUT_STATES
 from otel_eval.store.migrations import check_postgresql, migrate_postgresql
-from otel_eval.store.query import EvaluationQuery, Page
+from otel_eval.store.query import EvaluationQuery, Page, first_evaluated
 from otel_eval.store.session_rows import KeptSessions, session_writes
 from otel_eval.store.session_rows import sql as session_sql
 from otel_eval.store.sessions import (
@@ -92,7 +92,8 @@ _SINCE_AFTER = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE e
 T = TypeVar("T")
 _SESSIONS = session_sql("%s", "chr", "STRPOS")
 
-# first_evaluated_at_ns (migration 19) is set by the insert alone: a re-evaluation keeps it
+# first_evaluated_at_ns (migration 19) is set by the insert: a re-evaluation keeps it (or, for
+# a row an earlier release's worker stored at revision 0 without it, that evaluation's time)
 _UPSERT = f"""INSERT INTO evaluations AS e ({ROW_COLUMNS}, first_evaluated_at_ns)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (trace_id) DO UPDATE SET revision = excluded.revision,
@@ -100,7 +101,7 @@ ON CONFLICT (trace_id) DO UPDATE SET revision = excluded.revision,
     agent = excluded.agent, task_id = excluded.task_id, status = excluded.status,
     passed = excluded.passed, body = excluded.body, content_digest = excluded.content_digest,
     session_id = excluded.session_id, started_at_ns = excluded.started_at_ns,
-    span_ids = excluded.span_ids
+    span_ids = excluded.span_ids, first_evaluated_at_ns = {first_evaluated("e.")}
 RETURNING NOT (xmax = 0),
     (SELECT o.session_id FROM evaluations o WHERE o.trace_id = e.trace_id),
     (SELECT o.revision = e.revision AND o.evaluated_at_ns = e.evaluated_at_ns

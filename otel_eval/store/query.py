@@ -23,7 +23,9 @@
                                       re-evaluation after late spans counts only as
                                       superseded, and moves the evaluation time), Unix seconds
                                       or RFC 3339; since <= t < until. A run re-evaluated
-                                      before migration 19 is in no such window
+                                      before migration 19 is in no such window; one an
+                                      earlier release's worker stored at revision 0 (a
+                                      rolling upgrade) is counted at that evaluation
     counted_window                    with ``counted_until``: the window before it, as
                                       ``window``
     limit                             1..1000, default 20
@@ -53,6 +55,16 @@ from otel_eval.base.model import is_trace_id
 from otel_eval.base.printable import QUOTED_CHARS
 
 STATUSES = ("complete", "incomplete", "truncated")
+
+
+def first_evaluated(row: str = "") -> str:
+    """When a run was first evaluated (what ``counted_since``/``counted_until`` select on), of
+    the row named ``row`` (a table alias with its dot, or none): the column, or for a run
+    stored at revision 0 without it, that evaluation (a worker of the release before migration
+    19, still running after a new one migrated the fleet's store, a rolling upgrade, stores
+    runs without setting it; one re-evaluated before migration 19 stays unknown)."""
+    return (f"COALESCE({row}first_evaluated_at_ns, "
+            f"CASE WHEN {row}revision = 0 THEN {row}evaluated_at_ns END)")
 MAX_LIMIT = 1000
 # Kinds of one ``detector`` filter (``detector:kind,kind``), at most: the budget detector's
 # overruns, seven, are the most a metric counts

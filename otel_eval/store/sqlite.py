@@ -46,7 +46,7 @@ from otel_eval.store.base import (
     stored_args,
 )
 from otel_eval.store.migrations import check_sqlite, migrate_sqlite
-from otel_eval.store.query import EvaluationQuery, Page
+from otel_eval.store.query import EvaluationQuery, Page, first_evaluated
 from otel_eval.store.session_rows import KeptSessions, session_writes
 from otel_eval.store.session_rows import sql as session_sql
 from otel_eval.store.sessions import (
@@ -76,10 +76,11 @@ _SINCE_AFTER = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE e
 # The row a judge or feedback read: trace id, revision, and its evaluation time when given
 # (None: any; a replay evaluates a trace at the same revision again)
 # A run's row; first_evaluated_at_ns (migration 19), the first evaluation's time, is kept by a
-# re-evaluation (NULL kept: one re-evaluated before it was recorded)
+# re-evaluation (NULL kept: one re-evaluated before it was recorded; a row of revision 0
+# stored without it, by an earlier release: that evaluation's time, ``first_evaluated``)
 _PUT = (f"INSERT OR REPLACE INTO evaluations ({ROW_COLUMNS}, first_evaluated_at_ns) "
         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?, (SELECT CASE WHEN COUNT(*) = 0 THEN ? ELSE "
-        "MAX(first_evaluated_at_ns) END FROM evaluations WHERE trace_id = ?))")
+        f"MAX({first_evaluated()}) END FROM evaluations WHERE trace_id = ?))")
 _READ = "trace_id = ? AND revision = ? AND (? IS NULL OR evaluated_at_ns = ?)"
 
 

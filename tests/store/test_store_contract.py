@@ -1550,3 +1550,33 @@ def test_a_session_an_earlier_release_completed_in_a_rolling_upgrade_is_counted(
     assert counted(T0 + 100, T0 + 101) == [_key("old")]
     assert counted(T0 + 101, T0 + 102) == [_key("back")]
     assert counted(T0 + 102, T0 + 2000) == []
+
+
+def test_a_run_an_earlier_release_evaluated_in_a_rolling_upgrade_is_counted(
+        target: str, stores: Open) -> None:
+    """A rolling upgrade of a fleet on one store (Helm's default): a worker of the release
+    before migration 19, still running after a new one migrated, stores a run's first
+    evaluation with its own statement, which sets no ``first_evaluated_at_ns``; its metrics
+    count it. Before, that run was in no counted window, ever (NULL), nor after late spans'
+    re-evaluation by an upgraded worker: the alert's link listed nothing of it. A run stored
+    at revision 0 without the column is counted at that evaluation, whoever stored it."""
+    store = stores()
+    store.put_many([_ev(9, at=T0)])  # the store opened (migrated) by an upgraded worker
+    for i, at in ((1, T0 + 100), (2, T0 + 200)):
+        # the earlier release's write of a first evaluation (3920b6c4), as it ran
+        _sql(target, f"INSERT INTO evaluations (trace_id, revision, evaluated_at_ns, service, "
+                     f"agent, task_id, status, passed, body) VALUES ('{i:032x}', 0, {at}, "
+                     f"'shop', 'planner', 'task-{i}', 'complete', NULL, "
+                     f"'{{\"trace_id\": \"{i:032x}\"}}')")
+    store.put_many([_ev(2, revision=1, at=T0 + 500)])  # late spans, an upgraded worker
+
+    def counted(**bounds: str) -> list[str]:
+        q = EvaluationQuery.from_params({k: [v] for k, v in bounds.items()})
+        return [b["trace_id"] for b in stores().query(q).evaluations]
+
+    def s(ns: int) -> str:
+        return f"{ns // 10**9}.{ns % 10**9:09d}"
+
+    assert counted(counted_since=s(T0 + 100), counted_until=s(T0 + 101)) == [f"{1:032x}"]
+    assert counted(counted_since=s(T0 + 200), counted_until=s(T0 + 201)) == [f"{2:032x}"]
+    assert counted(counted_since=s(T0 + 201), counted_until=s(T0 + 2000)) == []
