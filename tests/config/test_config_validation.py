@@ -409,3 +409,27 @@ def test_an_agents_section_with_nothing_under_it_is_its_defaults(tmp_path: Path)
     config = tmp_path / "c.yaml"
     config.write_text("detectors:\n  agents:\n    bot:\n      # budgets: {steps: 5}\n")
     assert load_config(config).detectors.agents == {"bot": AgentOverrides()}
+
+
+@pytest.mark.parametrize("compression", ["gzip", "snappy", "lz4", "zstd"])
+def test_a_kafka_request_larger_than_a_batch_workers_read_is_refused(
+        tmp_path: Path, compression: str) -> None:
+    """The front end (``--kafka-publish``) acknowledges a record of up to
+    ``kafka.max_request_bytes``, written as one compressed batch; the workers skip a batch
+    decompressing past ``kafka.max_batch_bytes`` as poison (``batch_too_large``). Before, a
+    request bound over the batch bound was taken: the front end's own acknowledged records
+    were dropped by the workers. The pair is refused, naming both settings."""
+    path = tmp_path / "c.yaml"
+    path.write_text(f"kafka:\n  compression: {compression}\n  max_batch_bytes: 1048576\n"
+                    f"  max_request_bytes: 2097152\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert "kafka.max_request_bytes" in str(e.value)
+    assert "max_batch_bytes" in str(e.value)
+    # the two equal, or no compression (a batch not decompressed): taken
+    path.write_text(f"kafka:\n  compression: {compression}\n  max_batch_bytes: 2097152\n"
+                    f"  max_request_bytes: 2097152\n")
+    load_config(path)
+    path.write_text("kafka:\n  compression: none\n  max_batch_bytes: 1048576\n"
+                    "  max_request_bytes: 2097152\n")
+    load_config(path)

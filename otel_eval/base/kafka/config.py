@@ -123,7 +123,9 @@ class KafkaConfig:
     acks: Literal["all", "1"] = "all"
     # Producer compression for published records (--kafka-publish and results_topic).
     compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none"
-    # Largest request the publisher sends, bytes (brokers default to ~1 MiB per record).
+    # Largest request the publisher sends, bytes (brokers default to ~1 MiB per record). With
+    # compression, at most max_batch_bytes: a record is written as a batch of its own, which
+    # the workers skip past max_batch_bytes decompressed (`batch_too_large`).
     max_request_bytes: int = 1024 * 1024
     security: KafkaSecurityConfig = field(default_factory=KafkaSecurityConfig)
 
@@ -134,6 +136,13 @@ class KafkaConfig:
                                         f"got {self.worker_index}")
         if self.logs_topic and self.logs_topic == self.topic:
             problems["logs_topic"] = f"must differ from topic ({self.topic!r})"
+        if self.compression != "none" and self.max_request_bytes > self.max_batch_bytes:
+            # the publisher's batch of one record decompresses to at most max_request_bytes
+            # (aiokafka's estimate); the workers skip one past max_batch_bytes as poison
+            problems["max_request_bytes"] = (
+                f"must be at most max_batch_bytes ({self.max_batch_bytes}) with compression "
+                f"{self.compression}: the workers would skip the publisher's larger records "
+                f"(batch_too_large); lower it or raise max_batch_bytes")
         validate(self, minimum={
             "worker_count": 1, "max_inflight_records": 1, "max_poll_records": 1,
             "max_batch_bytes": 1,
