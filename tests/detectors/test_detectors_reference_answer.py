@@ -110,7 +110,8 @@ def test_load_expected_output(tmp_path: Path) -> None:
      "output_match 'fuzzy' is not one of contains, exact, numeric"),
     ({"task_id": 1, "expected_output": "a", "output_tolerance": -1},
      "output_tolerance must be a number at least 0"),
-    ({"task_id": 1, "expected_output": {"a": 1}}, "expected_output must be a string or a number"),
+    ({"task_id": 1, "expected_output": {"a": 1}},
+     "expected_output must be a text or a number, got an object"),
     ({"task_id": 1, "expected_output": "x", "output_match": "numeric"},
      "expected_output 'x' is no number"),
 ])
@@ -159,3 +160,22 @@ def test_the_last_reply_of_a_run_that_did_not_end_is_no_final_answer() -> None:
         findings = reference.detect(t, DetectorsConfig(),
                                     Context(reference=answer_ref("Paris"), findings=(ended,)))
         assert [f.kind for f in findings] == [expected], kind
+
+
+
+@pytest.mark.parametrize(("expected", "kind"), [
+    ({"answer": "Paris"}, "an object"), (["Paris"], "an array"), (True, "true")])
+def test_an_expected_output_no_text_says_what_to_do(tmp_path: Path, expected: Any,
+                                                    kind: str) -> None:
+    """A Langfuse dataset export may hold an object as ``expected_output``; a references file
+    holding one beside its calls was taken by the release before answers were compared (the
+    key was not read) and now stops serve at start. The message names the line, what it
+    found, what the value must be and that the key can be removed (its calls still compared)."""
+    path = tmp_path / "refs.jsonl"
+    path.write_text(json.dumps({"task_id": 1, "calls": [{"name": "calc"}],
+                                "expected_output": expected}) + "\n")
+    with pytest.raises(ReferencesError) as e:
+        load_references(path)
+    message = str(e.value)
+    assert f"{path}:1: expected_output must be a text or a number, got {kind}" in message
+    assert "remove the key" in message

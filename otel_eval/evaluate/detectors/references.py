@@ -112,12 +112,22 @@ def reference_from_object(obj: Any, where: str) -> Reference:
     )
 
 
+def _json_kind(value: Any) -> str:
+    """What a JSON value that is no text nor number is, as a message names it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "an object" if isinstance(value, Mapping) else "an array"
+
+
 def _answer(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The expected answer's fields of a reference, checked."""
     expected = obj.get("expected_output")
     if expected is not None and (isinstance(expected, bool) or not isinstance(
             expected, str | int | float)):
-        raise ValueError(f"{where}: expected_output must be a string or a number")
+        raise ValueError(
+            f"{where}: expected_output must be a text or a number, got {_json_kind(expected)}"
+            " (the final answer compared with the run's: give its text, or remove the key: "
+            "the reference's calls are still compared)")
     mode = _mode(obj.get("output_match"), _OUTPUT, "output_match", where)
     tolerance = obj.get("output_tolerance")
     if tolerance is not None and (isinstance(tolerance, bool) or not isinstance(
