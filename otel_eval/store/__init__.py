@@ -65,12 +65,16 @@ def store_at(target: str, session: SessionLimits | None = None, *,
 
 
 def opened(store: EvaluationStore) -> EvaluationStore:
-    """``store`` opened; a SQLite file that cannot be is a ``StartupError`` naming it."""
+    """``store`` opened; a SQLite file that cannot be is a ``StartupError`` naming it, with
+    the hint that it is no store or a damaged one only when SQLite says so (not a database,
+    malformed): a full disk, a lock or a read-only directory is said as it is."""
     try:
         store.open()
-    except sqlite3.DatabaseError as e:  # not a database, corrupt, locked, a newer schema...
-        raise StartupError(f"store {store.location}: {e} (not an otel-eval SQLite store, or "
-                           "damaged)") from None
+    except sqlite3.DatabaseError as e:  # not a database, corrupt, full, locked, a newer schema
+        name = getattr(e, "sqlite_errorname", "") or ""
+        damaged = name == "SQLITE_NOTADB" or name.startswith("SQLITE_CORRUPT")
+        hint = " (not an otel-eval SQLite store, or damaged)" if damaged else ""
+        raise StartupError(f"store {store.location}: {e}{hint}") from None
     except OSError as e:
         raise StartupError(f"store {store.location}: {e.strerror or e}") from None
     return store
