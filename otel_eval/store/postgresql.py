@@ -383,6 +383,27 @@ class PostgresStore(KeptSessions):
             return (cur.fetchall() if cur.description else []), cur.rowcount
         return self._run(run)
 
+    def complete_session(self, session_id: str, claim: str, record: dict[str, Any],
+                         now_ns: int, events_due_ns: int | None = None) -> bool:
+        """``KeptSessions.complete_session``; a completion whose answer was lost with the
+        connection (the server committed it: a restart or failover at the commit) is found
+        stored, complete with this very record, and said so (True): the job counts and
+        judges it. Before, it raised, and the session, complete and never due again, was in
+        no session metric. One not committed raises as before (the claim is taken over)."""
+        try:
+            return super().complete_session(session_id, claim, record, now_ns, events_due_ns)
+        except psycopg.OperationalError as e:
+            if _timed_out(e):
+                raise
+            try:
+                kept = self.session_record(session_id)  # on a new connection
+            except psycopg.OperationalError:
+                raise e from None
+            if kept is None or kept.state != "complete" or kept.record != json.loads(
+                    json.dumps(record)):
+                raise
+            return True
+
     def remember_agents(self, runs: Sequence[AgentRun]) -> dict[str, int]:
         """The fleet's agent history (bounds: ``otel_eval.store.base``), one transaction."""
         now = self._clock_ns()

@@ -1100,6 +1100,40 @@ def test_a_commit_whose_answer_was_lost_is_not_counted_as_superseding(
         store.close()
 
 
+def test_a_completion_whose_answer_was_lost_is_stored_and_said_so(
+        postgresql_url: str) -> None:
+    """PostgreSQL only: the server committed a session's completion, then the connection
+    was lost before its answer came back (a restart or failover at the commit). The row is
+    complete with this record, so ``complete_session`` says it stored it, and the job counts
+    the session in its metrics and judges it. Before, it raised: the session, complete in
+    the store and never due again, was never counted in the session metrics nor judged."""
+    import psycopg
+
+    from otel_eval.store import postgresql
+
+    store = postgresql.PostgresStore(postgresql_url).open()
+    try:
+        store.put_many([_turn(1, "lost", T0 + 1)])
+        assert store.claim_session(_key("lost"), T0 + 1, "job:1", T0 + 10, 0)
+        real, complete = store._session_exec, store._session_sql["complete"]
+
+        def lossy(statement: str, args: Any) -> tuple[list[Any], int]:
+            done = real(statement, args)  # committed on the server
+            if statement == complete:  # ... and the answer lost with the connection
+                assert store._conn is not None
+                store._conn.close()
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+            return done
+
+        store._session_exec = lossy  # type: ignore[method-assign]
+        record = {"session_id": "lost", "turns": 1, "verdict": {"passed": True}}
+        assert store.complete_session(_key("lost"), "job:1", record, T0 + 11)
+        kept = store.session_record(_key("lost"))
+        assert kept is not None and (kept.state, kept.completions) == ("complete", 1)
+    finally:
+        store.close()
+
+
 def _read_only(url: str, on: bool) -> None:
     """The database of ``url`` read-only (``default_transaction_read_only``, which a session
     takes when it starts) or writable again: a failover's read-only window."""
