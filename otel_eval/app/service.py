@@ -243,7 +243,8 @@ class Service:
         return AdminServer(config.admin.endpoint, AdminApi(
             registry=self.registry, query=self.store.query, get=self.store.get,
             feedback=self.feedback, healthy=lambda: self.healthy,
-            ready=lambda: self._ready and not self.store_health.failing and self.healthy,
+            ready=lambda: (self._ready and not self.store_health.failing
+                           and not self.engine.durability.refusing() and self.healthy),
             unready=self._unready,
             issues=self.issues.latest_json if self.issues is not None else lambda: None,
             issue_runs=(self.issues.runs if self.issues is not None
@@ -301,6 +302,8 @@ class Service:
         """Why /readyz answers 503."""
         if store := self.store_health.describe():
             return store
+        if spool := self.engine.durability.refusing():
+            return spool
         if dead := self._dead():
             return dead
         return "not serving (starting or shutting down)"

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.spool import Spool
+from otel_eval.base.backoff import Backoff
 from otel_eval.base.model import Span
 from otel_eval.decode import encode, otlp_logs
 from otel_eval.decode.otlp_logs import HeldRecord
@@ -34,13 +36,35 @@ from otel_eval.telemetry.metrics import Metrics
 log = logging.getLogger(__name__)
 
 Request = bytes | Callable[[], bytes]
+_BACKOFF = Backoff(1.0, 30.0)  # the store's write retries' defaults (store.write_retry_*)
 
 
 class Durability:
-    def __init__(self, spool: Spool | None, assembler: TraceAssembler, metrics: Metrics) -> None:
+    def __init__(self, spool: Spool | None, assembler: TraceAssembler, metrics: Metrics, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 backoff: Backoff = _BACKOFF) -> None:
         self.spool = spool
         self._assembler = assembler
         self._metrics = metrics
+        self._clock = clock
+        self._backoff = backoff  # how long readiness stays false after a failed append
+        self._failed = 0  # appends failed since the last one written
+        self._refusing: tuple[str, float] | None = None  # (the error, until: clock)
+
+    def refusing(self) -> str | None:
+        """Why /readyz answers 503 (one line), from a failed append until one is written or
+        its back-off ends (``backoff``: the store's write retries' schedule, doubling with
+        each failure): a full disk is no reason to take traffic a load balancer can send
+        to another replica, nor to be restarted (``/healthz`` says nothing of it). Ready
+        again once the back-off ends, with nothing written meanwhile, so that a replica
+        taken out of rotation gets the request that finds out whether it writes again."""
+        r = self._refusing
+        if r is None or self._clock() >= r[1]:
+            return None
+        assert self.spool is not None
+        return (f"spool {self.spool.path} refuses writes ({r[0]}); every export is "
+                f"refused spool_error (ready again in {r[1] - self._clock():.1f} s, or when "
+                "a write goes through)")
 
     def request_bytes(self, request: Request | None, items: Collection[Any],
                       replayed: bool) -> bytes | None:
@@ -85,14 +109,19 @@ class Durability:
         runs = self._assembler.reopens(items, sender)
         cut, foreign = self._assembler.marks(items, sender)
         try:
-            return self.spool.append(raw, trace_ids, signal,
-                                     runs={tid: run[:2] for tid, run in runs.items()},
-                                     runs_stored={tid for tid, run in runs.items() if run[2]},
-                                     items=items, cut=cut, foreign=foreign, refused=refused)
-        except (sqlite3.Error, OSError):
+            row = self.spool.append(raw, trace_ids, signal,
+                                    runs={tid: run[:2] for tid, run in runs.items()},
+                                    runs_stored={tid for tid, run in runs.items() if run[2]},
+                                    items=items, cut=cut, foreign=foreign, refused=refused)
+        except (sqlite3.Error, OSError) as e:
             log.exception("spool write failed; refusing the request (the exporter retries)")
             self._metrics.spool.failed("append")
+            self._refusing = (str(e)[:200] or type(e).__name__,
+                              self._clock() + self._backoff.delay_s(self._failed))
+            self._failed += 1
             return None
+        self._failed, self._refusing = 0, None
+        return row
 
     def settle(self, row: int, written: set[str], took: set[str],
                fresh: Collection[Span | HeldRecord] = (), foreign: Collection[str] = ()

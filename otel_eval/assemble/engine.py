@@ -46,6 +46,7 @@ from otel_eval.assemble.durability import Durability, Request
 from otel_eval.assemble.finishing import Finishing, Sink
 from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
+from otel_eval.base.backoff import Backoff
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode.otlp_logs import HeldRecord, hold
 from otel_eval.evaluate.handoff import EvaluationStage
@@ -104,7 +105,9 @@ class Engine:
         # spans past max_spans_per_trace): the user's span is never swallowed
         self._assembler = TraceAssembler(self.config, pass_through=any(
             getattr(s, "name", "") == "forward" for s in sinks))
-        self.durability = Durability(spool, self._assembler, metrics)
+        self.durability = Durability(spool, self._assembler, metrics, clock=clock,
+                                     backoff=Backoff(store_health.initial_interval_s,
+                                                     store_health.max_interval_s))
         self.store_health = store_health
         self.finishing = Finishing(stage, self.durability, metrics, sinks=sinks, clock=clock,
                                    batch_size=batch_size, lock=self._lock,

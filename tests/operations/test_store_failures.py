@@ -213,3 +213,37 @@ def test_a_store_lost_after_the_commit_still_finishes_the_stored_trace(
         assert h.sample("otel_eval_evaluation_skipped_total", reason="already_evaluated") == 0
         assert h.sample("otel_eval_traces_completed_total", service="unknown",
                         agent="planner", status="complete") == 1
+
+
+def test_readiness_is_false_while_the_spool_refuses_every_export(tmp_path: Path) -> None:
+    """A full disk under the spool refuses every export (``spool_error``): /readyz answers
+    503 naming the spool, so a load balancer (or the collector's loadbalancing exporter)
+    sends to another replica, until an append goes through or its back-off (the store's
+    write retries' schedule) ends, so traffic comes back to find out; /healthz stays 200
+    (a full disk is no reason to restart). Before, /readyz stayed 200 while every export
+    was refused."""
+    with running_service(tmp_path, **{"store.write_retry_initial_interval_s": 2.0,
+                                      "store.write_retry_max_interval_s": 4.0}) as h:
+        spool = h.svc.engine.durability.spool
+        assert spool is not None
+        assert _http(f"{h.admin_url}/readyz")[0] == 200
+        pages = spool._db.execute("PRAGMA page_count").fetchone()[0]
+        spool._db.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full
+        big = Span("a1" * 16, "01" * 8, None, "invoke_agent planner", 1, 9,
+                   attributes={"payload": "x" * 300_000})
+        request = encode.encode_spans([big]).SerializeToString()
+        err = _grpc_export(h, request)
+        assert err is not None and "spool_error" in (err.details() or "")
+        code, _, body = _http(f"{h.admin_url}/readyz")
+        reason = json.loads(body)["reason"]
+        assert code == 503 and spool.path in reason and "full" in reason
+        assert _http(f"{h.admin_url}/healthz")[0] == 200  # alive: do not restart it
+        h.clock.now += 2.1  # the back-off is over: traffic may come back to find out
+        assert _http(f"{h.admin_url}/readyz")[0] == 200
+        assert _grpc_export(h, request) is not None  # still full: refused again
+        h.clock.now += 2.1  # the next back-off is longer (4 s)
+        assert _http(f"{h.admin_url}/readyz")[0] == 503
+        spool._db.execute("PRAGMA max_page_count = 1000000")  # room again
+        h.clock.now += 2.0
+        assert _grpc_export(h, request) is None  # taken: ready at once
+        assert _http(f"{h.admin_url}/readyz")[0] == 200
