@@ -30,8 +30,10 @@ ROOT = Path(__file__).resolve().parents[2]
 TRACE = "a1" * 16
 
 
-def _serve(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    """``otel-eval serve`` in a fresh interpreter, on free ports unless told otherwise; it is
+def _serve(*args: str, timeout_s: float = 60,
+           cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``otel-eval serve`` in a fresh interpreter, on free ports unless told otherwise, in
+    ``cwd`` (where default paths, the spool's beside a PostgreSQL store, are made); it is
     expected to fail at startup (a refusal), so it never serves."""
     ports = {"--grpc-endpoint": "127.0.0.1:0", "--http-endpoint": "127.0.0.1:0",
              "--admin-endpoint": "127.0.0.1:0"}
@@ -39,7 +41,7 @@ def _serve(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str
     argv = [a for k, v in {**ports, **given}.items() for a in (k, v)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "otel_eval", "serve", *argv], env=env,
-                          capture_output=True, text=True, timeout=timeout_s)
+                          capture_output=True, text=True, timeout=timeout_s, cwd=cwd)
 
 
 def one_line_failure(proc: subprocess.CompletedProcess[str]) -> str:
@@ -179,7 +181,7 @@ def test_a_store_serve_cannot_open_is_refused_in_one_line(tmp_path: Path) -> Non
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         url = f"postgresql://otel:s3cret@127.0.0.1:{s.getsockname()[1]}/db?connect_timeout=5"
-        line = one_line_failure(_serve("--store", url))
+        line = one_line_failure(_serve("--store", url, cwd=tmp_path))  # its default spool
     assert "store postgresql://otel:***@127.0.0.1:" in line and "s3cret" not in line
 
 
