@@ -24,6 +24,7 @@ from otel_eval.store.query import (
     Page,
     detector_kinds,
     first_evaluated,
+    in_window,
     label_condition,
 )
 
@@ -147,12 +148,9 @@ def conditions(q: EvaluationQuery, d: Dialect) -> tuple[list[str], list[Any]]:
     if q.passed is not None:
         where.append(f"passed = {m}")
         args.append(int(q.passed) if d.passed_int else q.passed)
-    if q.since_ns is not None:
-        where.append(f"evaluated_at_ns >= {m}")
-        args.append(q.since_ns)
-    if q.until_ns is not None:
-        where.append(f"evaluated_at_ns < {m}")
-        args.append(q.until_ns)
+    given, given_ns = in_window("evaluated_at_ns", q.since_ns, q.until_ns, m)
+    where += given
+    args += given_ns
     if q.counted_since_ns is not None:  # a run is evaluated again after its first, never
         # before: the time index bounds the rows looked at
         where.append(f"{first_evaluated()} >= {m} AND evaluated_at_ns >= {m}")

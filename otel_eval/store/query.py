@@ -85,6 +85,21 @@ OTHER_LABEL = "_other"
 LABEL_CHARS = 128
 
 
+def in_window(expr: str, since_ns: int | None, until_ns: int | None,
+              mark: str) -> tuple[list[str], list[int]]:
+    """``expr`` within [``since_ns``, ``until_ns``) (either bound may be None): the
+    conditions and their arguments, in order."""
+    conditions: list[str] = []
+    args: list[int] = []
+    if since_ns is not None:
+        conditions.append(f"{expr} >= {mark}")
+        args.append(since_ns)
+    if until_ns is not None:
+        conditions.append(f"{expr} < {mark}")
+        args.append(until_ns)
+    return conditions, args
+
+
 def label_condition(column: str, value: str, mark: str) -> tuple[str | None, list[str]]:
     """(SQL condition, its arguments) selecting the rows whose ``column`` (service or agent)
     the metrics label ``value``, so a dashboard's or an alert's link lists the runs behind

@@ -52,6 +52,7 @@ from otel_eval.store.query import (
     QueryError,
     decode_cursor,
     encode_cursor,
+    in_window,
     label_condition,
     parse_time,
     windowed,
@@ -234,24 +235,16 @@ def session_list_sql(q: SessionQuery, mark: str, after: SessionCursor | None,
             where.append(f"session_id IN (SELECT session_id FROM evaluations WHERE "
                          f"{condition} AND session_id IS NOT NULL)")
             args += given
-    completed = []  # the first completion's time, the instant the session metrics count it
-    if q.counted_since_ns is not None:
-        completed.append(f"{FIRST_COMPLETED} >= {mark}")
-        args.append(q.counted_since_ns)
-    if q.counted_until_ns is not None:
-        completed.append(f"{FIRST_COMPLETED} < {mark}")
-        args.append(q.counted_until_ns)
+    # the first completion's time, the instant the session metrics count it
+    completed, given_ns = in_window(FIRST_COMPLETED, q.counted_since_ns, q.counted_until_ns,
+                                    mark)
+    args += given_ns
     if completed:
         where.append("session_id IN (SELECT session_id FROM sessions WHERE "
                      + " AND ".join(completed) + ")")
-    having: list[str] = []
     last = "MAX(evaluated_at_ns)"
-    if q.since_ns is not None:
-        having.append(f"{last} >= {mark}")
-        args.append(q.since_ns)
-    if q.until_ns is not None:
-        having.append(f"{last} < {mark}")
-        args.append(q.until_ns)
+    having, given_ns = in_window(last, q.since_ns, q.until_ns, mark)
+    args += given_ns
     if after is not None:
         having.append(f"({last} < {mark} OR ({last} = {mark} AND session_id > {mark}))")
         args += [after.last_ns, after.last_ns, after.session_id]
