@@ -16,7 +16,8 @@ serves one, request after request. Together they promise:
   ``max_connections_per_peer`` from one address; past them a connection is answered 503 and
   closed at once. A few ``reserved_connections`` beyond the total serve only
   ``reserved_paths`` (``PROBE_PATHS``), and a full reserve reuses its oldest waiting
-  connection; with ``reuse_partial``, a full listener closes its oldest partial request;
+  connection; with ``reuse_partial``, a full listener closes its oldest partial request,
+  and a peer at its cap its own oldest partial one;
 - **a hang-up is an event, not an error**: a client that closes mid-request or stops reading
   the answer, a deadline passed, a slot refused, a failed handshake: each is counted with a
   reason (``CLOSE_REASONS``) through ``on_close`` and logged at debug, never a traceback;

@@ -25,7 +25,9 @@ thread takes a slot, the connection's thread gives it back. Slots promise:
   number of peers then delays exports (and API reads) by no more than the time a client
   takes to send its head, instead of denying them for as long as it lasts (1,127 partial
   requests from 49 addresses: 0 of 40 exports); an authenticated sender's keep-alive
-  connection is never closed for a newcomer.
+  connection is never closed for a newcomer. A peer at its ``max_connections_per_peer``
+  gives way the same way, to itself: its own oldest partial connection is closed for its
+  newcomer (behind a proxy or a NAT every sender is one address), else ``peer_limit``.
 A slot knows its connection by its socket (shut down to close it for a newcomer) and by the
 phase its reader is in (``httpconn``), nothing more.
 """
@@ -89,11 +91,13 @@ class Slots:
         self._reserve: dict[Hold, None] = {}
         self._peers: Counter[str] = Counter()
 
-    def _partial(self) -> Hold | None:
-        """The oldest partial general connection, taken out of the slots (or None)."""
+    def _partial(self, peer: str | None = None) -> Hold | None:
+        """The oldest partial general connection (of ``peer``, when given), taken out of the
+        slots (or None)."""
         if not self.reuse_partial:
             return None
-        victim = next((h for h in self._general if h.partial), None)
+        victim = next((h for h in self._general
+                       if h.partial and (peer is None or h.peer == peer)), None)
         if victim is not None:
             del self._general[victim]
             victim.reused = True  # its thread gives back its peer count only
@@ -104,8 +108,13 @@ class Slots:
         lim, victim = self.limits, None
         with self._lock:
             if self._peers[hold.peer] >= lim.max_connections_per_peer:
-                return "peer_limit"
-            if (len(self._general) < lim.max_connections
+                # at its cap, a peer's own partial connection gives way to its newcomer:
+                # behind a proxy, a NAT or an SNAT'ing Service every sender is one address,
+                # and a flood of partial requests among them must not deny the others
+                if (victim := self._partial(hold.peer)) is None:
+                    return "peer_limit"
+                self._general[hold] = None
+            elif (len(self._general) < lim.max_connections
                     or (victim := self._partial()) is not None):  # a partial one gives way
                 self._general[hold] = None
             elif len(self._reserve) < lim.reserved_connections:

@@ -50,3 +50,32 @@ def test_a_victim_is_shut_down_before_its_thread_can_give_back_its_slot(
         for a, b in pairs:
             a.close()
             b.close()
+
+
+def test_at_its_cap_a_peers_own_partial_connection_gives_way_to_its_newcomer() -> None:
+    """Behind a proxy, a NAT or a Service that SNATs, every sender is one address: a flood of
+    partial requests from it held the peer's whole cap, and every export or API read from
+    that address was a 503 (``peer_limit``) for as long as the flood lasted. Now the peer's
+    oldest partial connection gives way, as the general slots' do; an authenticated one
+    never does, and a peer holding only those is still refused."""
+    slots = Slots(HttpLimits(max_connections=8, max_connections_per_peer=2),
+                  reuse_partial=True)
+    pairs = [socket.socketpair() for _ in range(5)]
+    try:
+        holds = [Hold(ours, "10.0.0.1") for ours, _ in pairs]
+        trusted, partial, newcomer, again, other = holds
+        trusted.trusted = True
+        assert slots.take(trusted) is None and slots.take(partial) is None
+        assert slots.take(newcomer) == "reused"
+        assert partial.reused and not trusted.reused
+        assert pairs[1][1].recv(1) == b""  # the partial one's client sees its connection end
+        slots.give_back(partial)
+        newcomer.trusted = True  # it made its authenticated request
+        assert slots.take(again) == "peer_limit"  # no partial one of its own is left
+        assert Slots(HttpLimits(max_connections=8, max_connections_per_peer=1)).take(
+            other) is None  # (without reuse_partial the cap alone decides, as before)
+        assert slots.in_use == 2
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
