@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -287,5 +289,38 @@ def test_with_tokens_a_loopback_listener_serves_its_public_paths_to_no_rebound_n
                                       allow_insecure_non_loopback=True))
     try:
         assert _send(server.port, "GET", "/metrics", Host="otel-eval:8888")[0] == 200
+    finally:
+        server.stop()
+
+
+# What nginx sends as Host for each variable, for a browser at http://otel-eval.corp:8080
+# (nginx: ``$host`` is the name without its port; ``$http_host`` the Host as the browser sent
+# it; ``$proxy_host`` the upstream's, nginx's default)
+_NGINX_HOST = {"$host": "otel-eval.corp", "$http_host": "otel-eval.corp:8080",
+               "$host:$server_port": "otel-eval.corp:8080", "$proxy_host": "127.0.0.1:8888"}
+
+
+def test_the_documented_proxy_fix_records_an_outcome_from_a_browser_without_fetch_metadata(
+        ) -> None:
+    """docs/transport-security.md's fix for a browser without Fetch Metadata (before 2023, or
+    any browser at a plain-HTTP proxy beyond loopback: no secure context) behind a proxy
+    was ``proxy_set_header Host $host``. nginx's ``$host`` has no port: behind a proxy on
+    http://otel-eval.corp:8080 the page's ``Origin`` names port 8080 and the Host does not,
+    so every outcome from the form was still a 403. The fix the page names must work."""
+    text = " ".join((Path(__file__).parents[2] / "docs" / "transport-security.md")
+                    .read_text(encoding="utf-8").split())
+    said = text.partition("A browser without Fetch Metadata behind such a proxy")[2][:200]
+    directive = re.search(r"proxy_set_header Host (\$[\w:$]+)", said)
+    assert directive is not None, said
+    api = Api()
+    server = _server(api, AdminConfig(endpoint="127.0.0.1:0",
+                                      allowed_hosts=["otel-eval.corp"]))
+    try:
+        status, body = _send(server.port, "POST", "/v1/feedback", FEEDBACK,
+                             Host=_NGINX_HOST[directive.group(1)],
+                             Content_Type="application/json",
+                             Origin="http://otel-eval.corp:8080")
+        assert status == 200, (directive.group(1), body)
+        assert api.outcomes == [(TRACE, "failure")]
     finally:
         server.stop()
