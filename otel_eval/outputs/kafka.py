@@ -17,6 +17,10 @@ so is a judged one, once its judgement (or the judge's skip) is stored (``publis
 judge stage): the record then holds the ``judge`` the results API returns, as the last
 published for its key; and so is one whose verdict a known outcome re-judged
 (``publish_stored``, from ``POST /v1/feedback``): the stored object, with that verdict.
+A record of an older evaluation of a trace (a lower revision, or the same one evaluated
+earlier) handed over after a newer one's is not sent: the threads that hand records over race
+(the engine's sinks, the judge's writer, feedback), and the last record of a key stays the
+newest evaluation.
 """
 
 from __future__ import annotations
@@ -64,6 +68,10 @@ class ResultsPublisher:
         # newest ``results_queue_size``: their un-judged record, handed over after (an
         # engine thread slower than the judge's skip), is not queued behind them
         self._judged: OrderedDict[tuple[str, int, int], None] = OrderedDict()
+        # trace id -> the newest (revision, evaluated_at_ns) queued for it, the newest
+        # ``results_queue_size`` traces: an older evaluation's record handed over after it
+        # (a judgement of the revision a re-open superseded meanwhile) is not sent behind it
+        self._newest: OrderedDict[str, tuple[int, int]] = OrderedDict()
         # delivery futures of records the producer holds, not yet counted (``_count_sent``)
         self._sent: list[asyncio.Future[Any]] = []
         self._wake = asyncio.Event()
@@ -140,6 +148,8 @@ class ResultsPublisher:
 
     def _enqueue(self, trace_id: str, payload: bytes, key: tuple[str, int, int] | None = None,
                  judged: bool = False) -> None:
+        if key is not None and self._older(key):
+            return  # a newer evaluation of its trace is queued or sent: it stays the last
         if key is not None and judged:
             self._judged[key] = None
             while len(self._judged) > self.config.results_queue_size:
@@ -154,6 +164,20 @@ class ResultsPublisher:
             self._dropped("queue_full", 1)
         self._queue.append((trace_id, payload))
         self._wake.set()
+
+    def _older(self, key: tuple[str, int, int]) -> bool:
+        """Whether ``key``'s evaluation is older than one already handed over for its
+        trace (a lower revision, or the same revision evaluated earlier); else it is noted
+        as its trace's newest."""
+        trace_id, mark = key[0], key[1:]
+        newest = self._newest.get(trace_id)
+        if newest is not None and mark < newest:
+            return True
+        self._newest[trace_id] = mark
+        self._newest.move_to_end(trace_id)
+        while len(self._newest) > self.config.results_queue_size:
+            self._newest.popitem(last=False)
+        return False
 
     async def _run(self) -> None:
         producer = self._producer
