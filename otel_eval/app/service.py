@@ -194,7 +194,7 @@ class Service:
                      None)
         self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction,
                                   recorded=self.metrics.calibration.outcome_recorded,
-                                  published=topic.publish_stored if topic else None)
+                                  published=topic)
         # GET /v1/calibration, and the agreement gauges' source (refreshed on scrape)
         predictor = self.evaluator.predictor
         self.calibration = calibration.build(

@@ -6,7 +6,8 @@
                serving model only: one stored before a model swap enters no window)
             -> ``recorded()``: the cached calibration report is stale (GET /v1/calibration
                and the agreement gauges count the outcome at their next read)
-            -> ``published(body, evaluated_at_ns)``: the stored object, its verdict re-judged,
+            -> ``published.publish_stored(body, evaluated_at_ns)``: the stored object, its
+               verdict re-judged (read back and handed over under ``published.ordered()``),
                to the Kafka results topic (``outputs.kafka``), the last record of its key
 
 The one writer of the feedback table and of a stored row's findings and verdict after the
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from otel_eval.evaluate.evaluator import Evaluator, normalize_outcome
+from otel_eval.outputs.deps import JudgedResults
 from otel_eval.store.base import EvaluationStore
 from otel_eval.telemetry.prediction import PredictionMetrics
 
@@ -37,9 +39,9 @@ class Feedback:
                  metrics: PredictionMetrics, *,
                  wall_clock_ns: Callable[[], int] = time.time_ns,
                  recorded: Callable[[], None] = lambda: None,
-                 published: Callable[[dict[str, Any], int], None] | None = None) -> None:
+                 published: JudgedResults | None = None) -> None:
         """``published``: where the stored object goes again once the outcome re-judged its
-        verdict (the Kafka results topic, when on)."""
+        verdict (the Kafka results topic, when on: ``publish_stored``)."""
         self.store = store
         self._published = published
         self.evaluator = evaluator
@@ -80,10 +82,14 @@ class Feedback:
             # re-evaluation of the trace applies it
             store.put_feedback(trace_id, outcome, self._wall_clock_ns())
         self._recorded()  # the outcome's row is written: the calibration report is stale
-        got = store.get_stamped(trace_id)  # with whatever the judge wrote meanwhile
+        if written and self._published is not None:  # the verdict changed: what the
+            with self._published.ordered():  # results API returns now, read after our
+                got = store.get_stamped(trace_id)  # write, handed over in read order
+                if got is not None:
+                    self._published.publish_stored(*got)
+        else:
+            got = store.get_stamped(trace_id)  # with whatever the judge wrote meanwhile
         stored = got[0] if got is not None else None
-        if got is not None and written and self._published is not None:
-            self._published(*got)  # the verdict changed: what the results API returns now
         if stored is not None and self._serving_model(stored):
             self.metrics.labelled(stored, outcome)  # the predictor's rolling AUC
         return stored

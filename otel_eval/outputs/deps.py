@@ -10,6 +10,7 @@ import it downward.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -37,6 +38,10 @@ class JudgedResults(Protocol):
     def publish(self, evaluation: Evaluation) -> None: ...
 
     def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int) -> None: ...
+
+    def ordered(self) -> AbstractContextManager[None]:
+        """Held from reading the stored row back to handing it over."""
+        ...
 
 
 @dataclass(frozen=True)

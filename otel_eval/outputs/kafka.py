@@ -29,9 +29,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from otel_eval.base.component import OnLoop
@@ -79,6 +80,8 @@ class ResultsPublisher:
         self._producer: AIOKafkaProducer | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopped = False  # set by shutdown: a record handed over after it is a drop
+        # held by a writer from reading the stored row back to handing it over (``ordered``)
+        self._order = threading.Lock()
 
     async def start(self) -> None:
         from aiokafka import AIOKafkaProducer  # loaded when a results topic is on, not by serve
@@ -121,6 +124,16 @@ class ResultsPublisher:
         trace_id, revision = str(body.get("trace_id")), body.get("revision")
         key = (trace_id, revision if type(revision) is int else 0, evaluated_at_ns)
         self._send(trace_id, body, key, judged=True)
+
+    @contextlib.contextmanager
+    def ordered(self) -> Iterator[None]:
+        """Any thread: held around reading a stored row back and handing it over
+        (``publish_stored``), so that of two writers of one row (the judge's writer, an
+        outcome's request) the one that reads second hands over second: the last record of
+        its key holds both writes. Without it, the judge could read the row before an outcome
+        re-judged its verdict and hand it over after the outcome's record."""
+        with self._order:
+            yield
 
     def _hand_over(self, evaluation: Evaluation, judged: bool) -> None:
         key = (evaluation.trace_id, evaluation.trajectory.revision, evaluation.evaluated_at_ns)

@@ -10,6 +10,7 @@ so a team consuming the topic never saw the judge's scores, critiques or lucky p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from pathlib import Path
@@ -48,6 +49,9 @@ class Published:
     def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int) -> None:
         with self._lock:
             self.records.append(json.loads(json.dumps(body, default=str)))
+
+    def ordered(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
 
 def test_a_judged_trace_is_published_again_with_the_judge_the_api_returns(

@@ -51,7 +51,7 @@ def test_an_outcome_publishes_the_re_judged_verdict_again(tmp_path: Path) -> Non
     try:
         publisher.export(trace, evaluation)  # as the trace was stored: failed
         feedback = Feedback(store, evaluator, Metrics(CollectorRegistry()).prediction,
-                            published=publisher.publish_stored)
+                            published=publisher)
         assert feedback.record(tid, "success") is not None
         stored = store.get(tid)
         assert stored is not None and stored["verdict"]["passed"] is True
@@ -72,9 +72,7 @@ def test_serve_hands_the_results_topic_to_feedback(tmp_path: Path) -> None:
         "evaluation.workers": 1, "kafka.brokers": "127.0.0.1:9",
         "kafka.results_topic": "results"})
     svc = Service(cfg, registry=CollectorRegistry())
-    published = svc._feedback._published
-    assert published is not None
-    assert isinstance(getattr(published, "__self__", None), ResultsPublisher)
+    assert isinstance(svc._feedback._published, ResultsPublisher)
 
 
 def test_a_front_end_on_the_fleets_store_publishes_its_feedback(tmp_path: Path) -> None:
@@ -89,10 +87,7 @@ def test_a_front_end_on_the_fleets_store_publishes_its_feedback(tmp_path: Path) 
         "kafka.brokers": "127.0.0.1:9", "kafka.publish": True,
         "kafka.results_topic": "results"})
     svc = Service(cfg, registry=CollectorRegistry())
-    published = svc._feedback._published
-    assert published is not None
-    publisher = getattr(published, "__self__", None)
-    assert isinstance(publisher, ResultsPublisher)
+    assert isinstance(svc._feedback._published, ResultsPublisher)
     assert "ResultsPublisher" in svc._lifecycle(True).names  # started, so it sends
     assert svc.engine.sinks == []  # nothing else: the workers publish what they evaluate
 

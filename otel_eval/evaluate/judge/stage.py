@@ -425,17 +425,18 @@ class JudgeStage:
         re-judged while the judge ran: ``POST /v1/feedback``), and the topic's last record
         is the results API's object. ``evaluation`` itself when the row cannot be read, or is
         another evaluation's by now (that one is published on its own)."""
-        try:
-            got = self.store.get_stamped(evaluation.trace_id)
-        except Exception as e:  # the judgement is stored: what we hold goes out
-            log.warning("reading back the judged trace %s failed: %s", evaluation.trace_id,
-                        type(e).__name__)
-            got = None
-        if got is None:
-            results.publish(evaluation)
-        elif (got[0].get("revision"), got[1]) == (evaluation.trajectory.revision,
-                                                  evaluation.evaluated_at_ns):
-            results.publish_stored(*got)
+        with results.ordered():  # an outcome's record read after ours goes after ours
+            try:
+                got = self.store.get_stamped(evaluation.trace_id)
+            except Exception as e:  # the judgement is stored: what we hold goes out
+                log.warning("reading back the judged trace %s failed: %s",
+                            evaluation.trace_id, type(e).__name__)
+                got = None
+            if got is None:
+                results.publish(evaluation)
+            elif (got[0].get("revision"), got[1]) == (evaluation.trajectory.revision,
+                                                      evaluation.evaluated_at_ns):
+                results.publish_stored(*got)
 
     def _written(self, write: Future[bool], evaluation: Evaluation,
                  then: Callable[[Evaluation], None] | None) -> None:  # on the loop
