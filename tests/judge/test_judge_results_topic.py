@@ -30,6 +30,7 @@ from otel_eval.base.model import Trace
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
+from otel_eval.evaluate.judge.journal import PendingJournal
 from otel_eval.evaluate.judge.stage import JudgeStage
 from otel_eval.outputs.kafka import ResultsPublisher
 from otel_eval.store import SqliteStore
@@ -151,3 +152,33 @@ def test_a_judgement_published_after_the_results_sink_stopped_is_a_counted_drop(
         loop.close()
     assert stats.dropped[("results", "shutdown")] == 1
     assert not publisher._queue
+
+
+def test_a_judge_skipped_restart_is_published_as_the_api_returns_it(tmp_path: Path) -> None:
+    """A process killed while a trace waited for its judge leaves it in the journal; the
+    next start stores it skipped ``restart``, which ``GET /v1/evaluations/{trace_id}`` then
+    returns. Before, that write was never published: the topic's last record of the run was
+    its unjudged one, as if the judge were still to come, unlike every other judge skip."""
+    path = str(tmp_path / "s.db")
+    store = SqliteStore(path).open()
+    ev = evaluation(trace_id="c5" * 16)
+    ev.evaluated_at_ns = 1_000
+    store.put_many([ev])
+    journal = PendingJournal(path).open()  # the dead process's entry, queued for the judge
+    journal.add(ev.trace_id, 0, "", ev.evaluated_at_ns)
+    journal.close()
+    topic = Published()
+    loop = LoopThread()
+    loop.start()
+    stage = JudgeStage(config("http://127.0.0.1:9/v1", combined=True), loop, store,
+                       Metrics(CollectorRegistry()), cache_path=path, results=topic)
+    try:
+        stage.start()  # marks the dead process's work before it takes any
+        stored = store.get(ev.trace_id)
+        assert stored is not None
+        assert stored["judge"]["overall"] == {"status": "skipped", "reason": "restart"}
+        assert topic.records and topic.records[-1] == json.loads(json.dumps(stored))
+    finally:
+        stage.shutdown(5.0)
+        loop.stop()
+        store.close()

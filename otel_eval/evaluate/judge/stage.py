@@ -141,8 +141,9 @@ class JudgeStage:
         marked.result()
 
     def _mark_lost(self) -> bool:  # on the writer thread
-        """Store the work a dead process left in the journal as skipped ``restart``; send the
-        events of the judgements it stored and had not delivered again."""
+        """Store the work a dead process left in the journal as skipped ``restart`` (and
+        publish it, as any judge skip is); send the events of the judgements it stored and
+        had not delivered again."""
         assert self._journal is not None
         lost = self._journal.pending()
         if lost:
@@ -156,10 +157,12 @@ class JudgeStage:
                         trace_id, evaluated_at_ns):
                     self._journal.remove(trace_id, revision)  # evaluated again since: its own
                 elif "judge" not in row:
-                    self.store.put_judge(trace_id, revision, skipped_judge("restart"),
-                                         evaluated_at_ns)
+                    stored = self.store.put_judge(trace_id, revision,
+                                                  skipped_judge("restart"), evaluated_at_ns)
                     self.metrics.judge.skip("restart")
                     self._journal.remove(trace_id, revision)
+                    if stored and self.results is not None:  # as every judge skip is
+                        self._publish_row(self.results, trace_id, revision)
                 elif self.events is not None:
                     trace = Trace(trace_id, [], row.get("status") or "complete",
                                   revision=revision)
@@ -436,6 +439,19 @@ class JudgeStage:
                 results.publish(evaluation)
             elif (got[0].get("revision"), got[1]) == (evaluation.trajectory.revision,
                                                       evaluation.evaluated_at_ns):
+                results.publish_stored(*got)
+
+    def _publish_row(self, results: JudgedResults, trace_id: str, revision: int) -> None:
+        """On the writer thread: the stored row of ``revision``, its judge just written
+        (``_mark_lost``), to the results topic as the results API returns it."""
+        with results.ordered():
+            try:
+                got = self.store.get_stamped(trace_id)
+            except Exception as e:  # the skip is stored: the topic misses it, said
+                log.warning("reading back the judged trace %s failed: %s", trace_id,
+                            type(e).__name__)
+                return
+            if got is not None and got[0].get("revision") == revision:
                 results.publish_stored(*got)
 
     def _written(self, write: Future[bool], evaluation: Evaluation,
