@@ -759,3 +759,39 @@ def test_rows_a_previous_process_left_whole_are_thinned_after_the_restart(
     b.engine.process()
     assert b.stored_spans()[long_run] == 12
     b.crash()
+
+
+def _with_invalid_utf8(spans: list[Span], bad: Span) -> bytes:
+    """The request of ``spans`` and ``bad``, whose attribute holds invalid UTF-8 (a buggy
+    SDK cutting a string mid-character): the receivers drop ``bad`` alone (``invalid_utf8``)
+    and spool the request as received."""
+    bad.attributes["note"] = "MARK" * 4
+    raw = body([*spans, bad])
+    assert raw.count(b"MARK" * 4) == 1
+    return raw.replace(b"MARK" * 4, b"\xff\xfe" * 8)
+
+
+def test_a_request_with_invalid_utf8_is_thinned_as_any_other(tmp_path: Path) -> None:
+    """A row whose body held invalid UTF-8 anywhere (a span the receivers dropped,
+    another service's in a gateway's batch) was never thinned: protobuf refused the whole
+    body, so a long run with a span in every such batch kept every one whole until it
+    ended, and the spool filled (everyone throttled spool_full) as if there were no
+    thinning. Such a row is thinned as any other, the spans it keeps as received."""
+    long_run = "d" * 32
+    size = len(body([*_short_run("e" * 32, 20), span(long_run, 100, parent=9)]))
+    a = Node(tmp_path, max_bytes=4 * size)
+    for k in range(12):
+        batch = [*_short_run(f"{k + 1:032x}", 20), span(long_run, 100 + k, parent=9)]
+        raw = _with_invalid_utf8(batch, span(f"{k + 100:032x}", 1, None))
+        assert a.engine.submit(batch, request=raw).throttled is None, k
+        assert a.release() == 1  # the short run; the long one stays open
+    assert a.spool.held()[1] < size
+    a.crash()
+
+    b = Node(tmp_path)
+    assert b.replayed[1] == 12  # the long run's spans, each kept
+    b.now += 10_000
+    b.engine.tick()
+    b.engine.process()
+    assert b.stored_spans()[long_run] == 12
+    b.crash()

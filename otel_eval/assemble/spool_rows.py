@@ -124,19 +124,20 @@ def encoded(held: Held, traces: list[str]) -> list[tuple[str, list[str], bytes]]
 
 def thinned(body: bytes, signal: str, keep: Collection[str]) -> bytes | None:
     """``body`` with only the spans (or log records) of the ``keep`` traces, those as they
-    were, their resources and scopes with them; None when it is not read here whole (a
-    value the decoder would salvage: then it is kept as it is, for the replay to count)."""
-    req: ExportTraceServiceRequest | ExportLogsServiceRequest
+    were, their resources and scopes with them; None when it is no request at all (kept as
+    it is, for the replay to count). Read with every string as bytes
+    (``otlp.parse_as_received``): invalid UTF-8 anywhere in it (a span the receivers
+    dropped) left the row whole, for as long as any of its traces was open."""
     try:
         if signal == "logs":
-            req = ExportLogsServiceRequest.FromString(body)
+            req = otlp.parse_as_received(body, ExportLogsServiceRequest)
             for rl in req.resource_logs:
                 for sl in rl.scope_logs:
                     _keep(sl.log_records, keep)
                 _keep_nonempty(rl.scope_logs, "log_records")
             _keep_nonempty(req.resource_logs, "scope_logs")
         else:
-            req = ExportTraceServiceRequest.FromString(body)
+            req = otlp.parse_as_received(body, ExportTraceServiceRequest)
             for rs in req.resource_spans:
                 for ss in rs.scope_spans:
                     _keep(ss.spans, keep)

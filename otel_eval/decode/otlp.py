@@ -309,6 +309,13 @@ def _lenient_class(cls: Any) -> Any:
     return _LENIENT[name]
 
 
+def parse_as_received(body: bytes, cls: Any) -> Any:
+    """Bytes -> a request of ``cls``'s fields whose strings are bytes: every value as
+    received, invalid UTF-8 included, its bytes the same when written back (to copy items
+    whole, never to read them). Raises ``DecodeError`` when the body is no such request."""
+    return _lenient_class(cls).FromString(body)
+
+
 def parse_salvaged(body: bytes, cls: Any) -> tuple[Any, Counter[str]]:
     """Bytes -> a ``cls`` request (traces or logs). Items with invalid UTF-8 (or whose
     resource or scope has it) are dropped from it and counted (``invalid_utf8``); the rest
