@@ -795,3 +795,50 @@ def test_a_request_with_invalid_utf8_is_thinned_as_any_other(tmp_path: Path) -> 
     b.engine.process()
     assert b.stored_spans()[long_run] == 12
     b.crash()
+
+
+def test_a_refusal_thins_rows_in_proportion_to_the_request(tmp_path: Path) -> None:
+    """Before a request is refused spool_full, rows waiting to be thinned are thinned on
+    the receiver's thread, under the engine lock (every receiver and the engine wait). It
+    thinned every such row until room was made: a quarter of max_bytes (128 MiB at the
+    defaults, seconds of work) read, parsed and written again for a small request, when
+    the traces done in those rows held little (then refused all the same). A refusal reads
+    about twice the request's bytes of them (at least one row); the next stored evaluation
+    thins the rest, off the lock."""
+    metrics = Metrics(CollectorRegistry())
+    max_bytes = 1 << 20
+    spool = Spool(str(tmp_path / "s.db-spool"), max_bytes, metrics.spool).open()
+
+    def row(spans: list[Span]) -> int:
+        rid = spool.append(body(spans), list(dict.fromkeys(s.trace_id for s in spans)),
+                           items=spans)
+        spool.settle(rid, [s.trace_id for s in spans], {s.trace_id: 0 for s in spans}, {})
+        return len(body(spans))
+
+    largest = 0
+    for i in range(50):  # a long run's big span, a short run's small one: done, little to thin
+        big = span(f"{i + 1:032x}", 1, None)
+        big.attributes["gen_ai.output.messages"] = "x" * 4000
+        largest = max(largest, row([big, span(f"{i + 1000:032x}", 2, None)]))
+        spool.evaluated([(f"{i + 1000:032x}", 0)])
+    assert spool.held()[1] < max_bytes // 4  # not thinned yet
+    k = 0
+    while spool.held()[1] + 20_000 < max_bytes:  # runs still open fill the spool
+        k += 1
+        row(_short_run(f"{k + 5000:032x}", 8))
+    read = 0
+    bodies = spool.body
+
+    def counted(rid: int) -> bytes | None:
+        nonlocal read
+        raw = bodies(rid)
+        read += len(raw or b"")
+        return raw
+
+    spool.body = counted  # type: ignore[method-assign]
+    nbytes = 25_000
+    assert spool.refusal(nbytes) == "spool_full"
+    assert read <= 2 * nbytes + largest
+    spool.evaluated([(f"{k + 5000:032x}", 0)])  # the engine worker, off the engine lock
+    assert read >= 50 * (largest - 200)  # every such row thinned now
+    spool.close()

@@ -52,7 +52,8 @@ Promises:
   are held, so receivers throttle both; a row half of whose traces are done is thinned to
   what the others hold (``_thin_rows``: their items as received, the same row) once a
   quarter of ``max_bytes`` is held (and before a request is refused, as many as make room
-  for it), so a long run with a span in every batch does not keep everyone's batches whole
+  for it, within about twice its bytes: the rest off the engine lock, after the next
+  evaluation), so a long run with a span in every batch does not keep everyone's batches whole
   until it ends (a row a previous process left, whatever it was fed, after the replay);
   ``held_by``: the bytes per service.name
   (``service_load.RowLoad``: a row is charged to the services of the traces it still
@@ -247,7 +248,9 @@ class Spool(Leaving):
         """``spool_full`` when a request of ``nbytes`` would pass the bound (one request is
         always taken into an empty spool, however large). Rows a failed delete left are
         tried again first: with the spool full of them, no evaluation would come to; then
-        rows waiting to be thinned (``_thin_rows``) are, as many as make room."""
+        rows waiting to be thinned (``_thin_rows``) are, as many as make room, reading
+        about twice ``nbytes`` of them at most (this runs under the engine lock: the rest
+        are thinned by the next stored evaluation, off it)."""
         if self._undeleted and self.bytes + nbytes > self.max_bytes:
             try:
                 self._delete([])
@@ -256,7 +259,7 @@ class Spool(Leaving):
                 self.metrics.failed("delete")
             self._report()
         if self._thin and self.bytes + nbytes > self.max_bytes:
-            self._thin_rows(self.max_bytes - nbytes)
+            self._thin_rows(self.max_bytes - nbytes, budget=max(2 * nbytes, 1))
             self._report()
         return "spool_full" if self.bytes and self.bytes + nbytes > self.max_bytes else None
 

@@ -69,7 +69,7 @@ class Leaving:
             self._thin_rows(self.max_bytes // 4)
             self._report()
 
-    def _thin_rows(self, target: int) -> None:
+    def _thin_rows(self, target: int, budget: int | None = None) -> None:
         """Rows kept only by some of their traces (a long run's span in every batch keeps
         each batch until the run ends, up to ``max_trace_duration_s``) hold only what those
         traces hold, once the spool holds a quarter of ``max_bytes``: each row's body is
@@ -77,8 +77,11 @@ class Leaving:
         transaction (the old body until it commits), its pairs and their marks unchanged.
         A row is thinned again only once half its traces are done since, so each byte is
         written again a bounded number of times. Rows are thinned while more than ``target``
-        bytes are held (a quarter of ``max_bytes``; before a refusal, as many as make room)."""
-        while self._thin and self.bytes > target:
+        bytes are held (a quarter of ``max_bytes``; before a refusal, as many as make room).
+        ``budget``: the bytes of rows read at most (the first row whatever its size): a
+        refusal runs under the engine lock, so it thins in proportion to the request, and
+        the next ``evaluated`` the rest."""
+        while self._thin and self.bytes > target and (budget is None or budget > 0):
             with self._lock:
                 if not self._thin:  # another thread took the last
                     return
@@ -86,6 +89,8 @@ class Leaving:
                 del self._thin[rid]
                 req = self._requests.get(rid)
             if req is not None:
+                if budget is not None:
+                    budget -= req.nbytes
                 try:
                     self._thin_one(rid, req)
                 except (sqlite3.Error, OSError) as e:  # the row stays whole: counted
