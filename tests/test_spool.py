@@ -842,3 +842,41 @@ def test_a_refusal_thins_rows_in_proportion_to_the_request(tmp_path: Path) -> No
     spool.evaluated([(f"{k + 5000:032x}", 0)])  # the engine worker, off the engine lock
     assert read >= 50 * (largest - 200)  # every such row thinned now
     spool.close()
+
+
+def test_thinning_never_writes_over_a_request_that_took_the_rows_id(tmp_path: Path) -> None:
+    """A row is thinned off the spool's lock (its body read, then parsed) on the thread
+    that stores an evaluation, while other threads delete rows and receivers append them.
+    SQLite gives a new row the id of the newest row when that was deleted: a row deleted
+    while it was being thinned and a request spooled meanwhile under its id had the new
+    request's body written over with the old row's, thinned. Acknowledged, the request's
+    spans were gone after a crash. Thinning writes only over the row it read."""
+    metrics = Metrics(CollectorRegistry())
+    path = str(tmp_path / "s.db-spool")
+    first = [*_short_run(T1, 4), *_short_run(T2, 4)]
+    spool = Spool(path, 2 * len(body(first)), metrics.spool).open()  # past a quarter: thinned
+
+    def row(spans: list[Span]) -> int:
+        tids = list(dict.fromkeys(s.trace_id for s in spans))
+        rid = spool.append(body(spans), tids, items=spans)
+        spool.settle(rid, tids, dict.fromkeys(tids, 0), {})
+        return rid
+
+    old = row(first)
+    bodies, new, taken = spool.body, [span(T3, 1, None)], []
+
+    def meanwhile(rid: int) -> bytes | None:  # other threads, while the row is read
+        raw = bodies(rid)
+        if not taken:
+            spool.evaluated([(T2, 0)])  # its last trace stored: the row goes
+            taken.append(row(new))  # a request takes its id
+        return raw
+
+    spool.body = meanwhile  # type: ignore[method-assign]
+    spool.evaluated([(T1, 0)])  # half its traces done: thinned, on this thread
+    assert taken == [old]
+    spool.close()
+
+    again = Spool(path, 1 << 30, metrics.spool).open()
+    assert again.body(old) == body(new)
+    again.close()

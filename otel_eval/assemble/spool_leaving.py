@@ -99,14 +99,19 @@ class Leaving:
                     return
 
     def _thin_one(self, rid: int, req: Request) -> None:
-        """Row ``rid``'s body written again with what its pending traces hold."""
+        """Row ``rid``'s body written again with what its pending traces hold: only while
+        it is still ``req`` (read and parsed off the lock, the row may go meanwhile, and
+        SQLite give its id to the next request: that one's body is not written over)."""
         with self._lock:
             keep = set(req.traces)
         raw = self.body(rid) if keep else None
         body = None if raw is None else thinned(raw, req.signal, keep)
         if raw is not None and body is not None and len(body) < len(raw):
-            with self._lock, transaction(self._db) as cur:
-                spool_file.rewrite(cur, rid, body)
+            with self._lock:
+                if self._requests.get(rid) is not req:
+                    return
+                with transaction(self._db) as cur:
+                    spool_file.rewrite(cur, rid, body)
         with self._lock:
             req.fed = len(keep)  # thinned again once half of these are done
             if body is not None and self._requests.get(rid) is req and len(body) < req.nbytes:
