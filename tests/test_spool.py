@@ -21,6 +21,7 @@ from otel_eval.assemble.engine import Engine
 from otel_eval.assemble.spool import CORRUPT_KEPT, SCHEMA_VERSION, Spool
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span
+from otel_eval.decode import otlp
 from otel_eval.decode.encode import encode_spans
 from otel_eval.decode.otlp_json import request_to_json
 from otel_eval.evaluate.evaluator import Evaluator
@@ -880,3 +881,37 @@ def test_thinning_never_writes_over_a_request_that_took_the_rows_id(tmp_path: Pa
     again = Spool(path, 1 << 30, metrics.spool).open()
     assert again.body(old) == body(new)
     again.close()
+
+
+def test_a_replay_counts_refused_spans_in_work_linear_in_the_request(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replayed request holding a span of a pending run that the decoder refuses (a
+    zero span id: refused when received, spooled with the request as received) had each of
+    the run's spans decoded again alone, with a copy of its resource: a sender's request
+    of n spans under a resource of r bytes cost n * r at the next start (a 1 MB resource and
+    10,000 spans: 10 GB of copying before the receivers open). The refused spans are counted
+    from one decode of the spans alone."""
+    resource = {"service.name": "svc", **{f"k{i}": "v" * 100 for i in range(1000)}}
+    spans = [span(T1, 1, None), *(span(T1, i) for i in range(2, 300))]
+    bad = span(T1, 0)  # a zero span id: invalid_span_id
+    for s in [*spans, bad]:
+        s.resource = resource
+    raw = body([*spans, bad])
+    a = Node(tmp_path)
+    assert a.engine.submit(spans, request=raw).throttled is None
+    a.crash()
+
+    decoded = 0
+    decode = otlp.decode_request
+
+    def counted(req: Any) -> Any:
+        nonlocal decoded
+        decoded += req.ByteSize()
+        return decode(req)
+
+    monkeypatch.setattr(otlp, "decode_request", counted)
+    b = Node(tmp_path)
+    assert b.replayed[1] == len(spans)
+    assert b.sample("otel_eval_spool_spans_rejected_total", reason="invalid_span_id") == 1
+    assert decoded <= 3 * len(raw)
+    b.crash()

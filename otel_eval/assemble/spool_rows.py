@@ -90,21 +90,16 @@ def _refused(req: ExportTraceServiceRequest, wanted: set[str], kept: int) -> Cou
     """The decoder's reasons for the spans of ``wanted`` traces in ``req`` it did not keep
     (``kept`` it did), by reason; empty, and nothing decoded again, when it kept them all.
     The other traces' spans are not counted: those were refused when received (counted
-    then), or fed nothing the spool holds."""
-    raw = [(rs, ss, pb) for rs in req.resource_spans for ss in rs.scope_spans
+    then), or fed nothing the spool holds. A span's reason is its own (ids, links, times):
+    those spans are decoded again together, under an empty resource and scope, once
+    (each alone with a copy of its resource cost spans times the resource's bytes)."""
+    raw = [pb for rs in req.resource_spans for ss in rs.scope_spans
            for pb in ss.spans if pb.trace_id.hex() in wanted]
-    reasons = Counter[str]()
     if len(raw) == kept:
-        return reasons
-    for rs, ss, pb in raw:  # rare: each span alone, for its reason
-        alone = ExportTraceServiceRequest()
-        entry = alone.resource_spans.add()
-        entry.resource.CopyFrom(rs.resource)
-        scope = entry.scope_spans.add()
-        scope.scope.CopyFrom(ss.scope)
-        scope.spans.add().CopyFrom(pb)
-        reasons.update(otlp.decode_request(alone).reasons)
-    return reasons
+        return Counter[str]()
+    alone = ExportTraceServiceRequest()
+    alone.resource_spans.add().scope_spans.add().spans.extend(raw)  # rare: refusals
+    return Counter(otlp.decode_request(alone).reasons)
 
 
 def encoded(held: Held, traces: list[str]) -> list[tuple[str, list[str], bytes]]:
