@@ -915,3 +915,34 @@ def test_a_replay_counts_refused_spans_in_work_linear_in_the_request(
     assert b.sample("otel_eval_spool_spans_rejected_total", reason="invalid_span_id") == 1
     assert decoded <= 3 * len(raw)
     b.crash()
+
+
+def _decoded(spans: list[Span]) -> list[Span]:
+    """``spans`` as the receivers hand them on: decoded from their request (sizes known)."""
+    return otlp.decode_request(otlp.parse_request(body(spans))[0]).spans
+
+
+def test_a_request_reopening_runs_is_refused_past_max_bytes(tmp_path: Path) -> None:
+    """A late span re-opens a stored run, whose spans are spooled again with the request.
+    The spool's bound counted the request's bytes only: a request of a few late spans
+    (one per run a sender had stored within reopen_window_s, up to max_released_traces)
+    wrote all those runs to the spool past spool_max_bytes, in one transaction. What a
+    request re-opens counts against the bound: past it, the request is refused spool_full
+    (the exporter retries) and nothing is taken."""
+    run = [span(T1, 1, None), span(T1, 2), span(T1, 3)]
+    for s in run:
+        s.attributes["payload"] = "x" * 100_000
+    size = len(body(run))
+    a = Node(tmp_path, max_bytes=2 * size)
+    assert a.engine.submit(_decoded(run), request=body(run)).throttled is None
+    assert a.release() == 1
+    assert a.spool.held() == (0, 0)
+    other = [span(T2, i) for i in range(2, 5)]  # a run still open, its root to come
+    for s in other:
+        s.attributes["payload"] = "y" * 100_000
+    assert a.send(other) is None
+    late = _decoded([span(T1, 4)])
+    assert a.engine.submit(late, request=body(late)).throttled == "spool_full"
+    assert a.spool.held()[1] <= 2 * size
+    assert a.engine.open_traces() == 1  # T1 not re-opened
+    a.crash()

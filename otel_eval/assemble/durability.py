@@ -88,6 +88,18 @@ class Durability:
     def refusal(self, nbytes: int) -> str | None:
         return self.spool.refusal(nbytes) if self.spool is not None else None
 
+    def spool_bytes(self, raw: bytes | None, items: Collection[Span | HeldRecord],
+                    sender: str) -> int:  # lock held
+        """What spooling a request adds (0: not spooled): its bytes, and those of the
+        released runs its ``items`` re-open, which ``append`` writes with it (as received:
+        ``nbytes``). Counted against ``spool_max_bytes`` before it is taken: a few late
+        spans re-opening many stored runs wrote them all past the bound."""
+        if raw is None:
+            return 0
+        runs = self._assembler.reopens(items, sender)
+        return len(raw) + sum(sum(s.nbytes for s in spans) + sum(r.nbytes for r in logs)
+                              for spans, logs, _ in runs.values())
+
     def past_share(self, service: str, nbytes: int, share: float) -> bool:
         """Whether ``service``, holding spool bytes already, would hold more than ``share``
         of ``spool_max_bytes`` with ``nbytes`` more (``max_service_share``)."""

@@ -180,7 +180,7 @@ class Engine:
                     raw = self.durability.taken_only(signal, taken)
             trace_ids = {item.trace_id for item in taken}
             adm.throttled = None if replayed else self.admission.refusal(
-                signal, taken, len(raw or b""))
+                signal, taken, self.durability.spool_bytes(raw, taken, sender))
             row = None if raw is None or adm.throttled else self.durability.append(
                 raw, trace_ids, signal, taken, sender, refused=shed)
             if adm.throttled is None and raw is not None and row is None:

@@ -49,8 +49,9 @@ Promises:
   would be replayed and refused ``late``); a re-open ``append`` could not foresee (the
   run's sender joining a passing trace) is spooled again after;
 - bounded: ``refusal`` says ``spool_full`` while ``max_bytes`` (span and log requests alike)
-  are held, so receivers throttle both; a row half of whose traces are done is thinned to
-  what the others hold (``_thin_rows``: their items as received, the same row) once a
+  are held, so receivers throttle both (a request counts with the stored runs it re-opens,
+  spooled again with it: ``Durability.spool_bytes``); a row half of whose traces are done
+  is thinned to what the others hold (``_thin_rows``: their items as received, the same row) once a
   quarter of ``max_bytes`` is held (and before a request is refused, as many as make room
   for it, within about twice its bytes: the rest off the engine lock, after the next
   evaluation), so a long run with a span in every batch does not keep everyone's batches whole
