@@ -33,6 +33,7 @@ from otel_eval.base.model import Span
 from otel_eval.decode.compressed import MAX_GUNZIPPED_BYTES, ZSTD_MAGIC, TooLarge, ZstdError, unzstd
 from otel_eval.decode.otlp import decode_request
 from otel_eval.decode.otlp_json import (
+    legacy_items,
     message_from_dict,
     request_from_dict,
     without_lone_surrogates,
@@ -93,8 +94,12 @@ def from_json_doc(doc: Any, path: Path, on_error: OnError, where: str = "",
                   text: bytes | None = None) -> list[Span]:
     """The spans of an OTLP/JSON request (``text``: the JSON it was read from, when known);
     a span holding a lone surrogate is dropped and reported (``invalid_utf8``), as ``serve``
-    drops it (``otlp_json.without_lone_surrogates``), the others read."""
+    drops it (``otlp_json.without_lone_surrogates``), the others read; so are those of a
+    pre-1.0 exporter's ``instrumentationLibrarySpans`` (``instrumentation_library_spans``,
+    as ``otlp_json.parse_request`` counts them), never dropped unseen."""
     dropped = without_lone_surrogates(text, doc, "resourceSpans", "scopeSpans", "spans")
+    dropped += legacy_items(doc, "resourceSpans", "instrumentationLibrarySpans", "spans",
+                            "instrumentation_library_spans")
     try:
         req = request_from_dict(doc)
     except ValueError as e:
@@ -109,9 +114,12 @@ def from_json_doc(doc: Any, path: Path, on_error: OnError, where: str = "",
 def logs_from_json_doc(doc: Any, path: Path, on_error: OnError, where: str = "",
                        text: bytes | None = None) -> list[HeldRecord]:
     """The GenAI event records of an OTLP/JSON logs request, held as ``serve`` holds them;
-    records with invalid ids or times, or holding a lone surrogate, are reported (the
-    others, not GenAI events of a span, are not for us)."""
+    records with invalid ids or times, or holding a lone surrogate, or under a pre-1.0
+    exporter's ``instrumentationLibraryLogs`` (``otlp_logs.parse_logs_json``), are reported
+    (the others, not GenAI events of a span, are not for us)."""
     dropped = without_lone_surrogates(text, doc, "resourceLogs", "scopeLogs", "logRecords")
+    dropped += legacy_items(doc, "resourceLogs", "instrumentationLibraryLogs", "logRecords",
+                            "instrumentation_library_logs")
     try:
         req = message_from_dict(doc, ExportLogsServiceRequest(), "resourceLogs")
     except ValueError as e:

@@ -1,0 +1,60 @@
+"""A file gives what ``serve`` gives for the same request: the spans and records it drops
+are dropped by the loaders too, counted with the same reason and reported, never dropped
+unseen nor costing the rest of the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from otel_eval.base.model import Trace
+from otel_eval.decode.otlp_json import parse_request
+from otel_eval.receive.loaders import LoaderError, load_file
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "loaders"
+WEATHER = "5b8efff798038103d269b633813fc60c"
+LEGACY = "ab" * 16
+
+
+def by_id(traces: list[Trace]) -> dict[str, Trace]:
+    return {t.trace_id: t for t in traces}
+
+
+@pytest.mark.parametrize("lines", [False, True], ids=["request", "json-lines"])
+def test_a_pre_1_0_exporters_spans_are_reported_as_serve_counts_them(
+        tmp_path: Path, lines: bool) -> None:
+    """OTLP 0.x's ``instrumentationLibrarySpans`` (before ``scopeSpans``): serve counts its
+    spans rejected (``instrumentation_library_spans``); eval dropped them unseen, exit 0,
+    as if the run had not been exported at all."""
+    doc = json.loads((DATA / "otlp_request.json").read_text())
+    entry = doc["resourceSpans"][0]
+    span = {**entry["scopeSpans"][0]["spans"][0], "traceId": LEGACY}
+    entry["instrumentationLibrarySpans"] = [
+        {"instrumentationLibrary": {"name": "old"}, "spans": [span]}]
+    text = json.dumps(doc)
+    assert parse_request(text)[1] == {"instrumentation_library_spans": 1}  # serve's count
+    path = tmp_path / ("old.jsonl" if lines else "old.json")
+    path.write_text(text + "\n" + text + "\n" if lines else text)
+    errors: list[LoaderError] = []
+    traces = by_id(load_file(path, on_error=errors.append))
+    assert LEGACY not in traces and WEATHER in traces
+    problems = [e.problem for e in errors if "instrumentation_library_spans" in e.problem]
+    assert problems, [e.problem for e in errors]
+
+
+def test_a_pre_1_0_exporters_log_records_are_reported(tmp_path: Path) -> None:
+    """``instrumentationLibraryLogs``, as ``otlp_logs.parse_logs_json`` counts them."""
+    record = {"timeUnixNano": "1700000001000000000", "traceId": WEATHER,
+              "spanId": "eee19b7ec3c1b175", "eventName": "gen_ai.user.message",
+              "body": {"stringValue": "hi"}}
+    logs = {"resourceLogs": [{"resource": {}, "instrumentationLibraryLogs": [
+        {"instrumentationLibrary": {"name": "old"}, "logRecords": [record]}]}]}
+    path = tmp_path / "export.jsonl"
+    path.write_text((DATA / "collector_export.jsonl").read_text().rstrip("\n") + "\n"
+                    + json.dumps(logs) + "\n")
+    errors: list[LoaderError] = []
+    assert WEATHER in by_id(load_file(path, on_error=errors.append))
+    assert any("instrumentation_library_logs" in e.problem for e in errors), \
+        [e.problem for e in errors]
