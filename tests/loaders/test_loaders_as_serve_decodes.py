@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from otel_eval.base.model import Trace
-from otel_eval.decode.otlp_json import parse_request
+from otel_eval.decode.otlp import parse_request as parse_protobuf
+from otel_eval.decode.otlp_json import parse_request, request_from_dict
 from otel_eval.receive.loaders import LoaderError, load_file
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "loaders"
@@ -58,3 +59,26 @@ def test_a_pre_1_0_exporters_log_records_are_reported(tmp_path: Path) -> None:
     assert WEATHER in by_id(load_file(path, on_error=errors.append))
     assert any("instrumentation_library_logs" in e.problem for e in errors), \
         [e.problem for e in errors]
+
+
+@pytest.mark.parametrize("framed", [False, True], ids=["request", "file-exporter-proto"])
+def test_a_protobuf_span_with_invalid_utf8_costs_that_span_not_the_file(
+        tmp_path: Path, framed: bool) -> None:
+    """serve drops a span whose strings are not UTF-8 (``invalid_utf8``) and reads the rest
+    of the request; eval refused the whole file ("not a recognised trace file") and every
+    run in it went unevaluated."""
+    doc = json.loads((DATA / "otlp_request.json").read_text())
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    spans.append({**spans[1], "traceId": LEGACY, "spanId": "cd" * 8,
+                  "attributes": [{"key": "k", "value": {"stringValue": "QQQQ"}}]})
+    raw = request_from_dict(doc).SerializeToString()
+    assert raw.count(b"QQQQ") == 1
+    body = raw.replace(b"QQQQ", b"\xff\xfe\xfd\xfc")
+    assert parse_protobuf(body)[1] == {"invalid_utf8": 1}  # serve's count
+    path = tmp_path / "traces.binpb"
+    path.write_bytes(len(body).to_bytes(4, "big") + body if framed else body)
+    errors: list[LoaderError] = []
+    traces = by_id(load_file(path, on_error=errors.append))
+    assert set(traces) == {WEATHER, "0123456789abcdef0123456789abcdef"}
+    assert [e.problem for e in errors] == [
+        ("request 1: " if framed else "") + "rejected 1 span(s): 1 invalid_utf8"]

@@ -31,14 +31,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_eval.base.model import Span
 from otel_eval.decode.compressed import MAX_GUNZIPPED_BYTES, ZSTD_MAGIC, TooLarge, ZstdError, unzstd
-from otel_eval.decode.otlp import decode_request
+from otel_eval.decode.otlp import MalformedRequest, decode_request, parse_request
 from otel_eval.decode.otlp_json import (
     legacy_items,
     message_from_dict,
     request_from_dict,
     without_lone_surrogates,
 )
-from otel_eval.decode.otlp_logs import HeldRecord, hold_logs
+from otel_eval.decode.otlp_logs import HeldRecord, hold_logs, parse_logs_request
 from otel_eval.receive.loaders.files import LoaderError
 
 OnError = Callable[[LoaderError], None]
@@ -71,7 +71,7 @@ def may_hold_logs(data: bytes) -> bool:
         return any(k in data for k in _LOGS_KEYS)
     try:
         return any(isinstance(req, ExportLogsServiceRequest)  # of the whole requests
-                   for _, req in _protobuf_requests(data, Path(), _ignored))
+                   for _, req, _ in _protobuf_requests(data, Path(), _ignored))
     except LoaderError:
         return False
 
@@ -173,14 +173,16 @@ def from_json_lines(data: bytes, path: Path, on_error: OnError,
 def from_protobuf(data: bytes, path: Path, on_error: OnError,
                   ) -> tuple[list[Span], list[HeldRecord]]:
     """The spans and GenAI event records of a protobuf request, or of the requests of the
-    file exporter's ``format: proto`` output (other signals' requests skipped)."""
+    file exporter's ``format: proto`` output (other signals' requests skipped). A span or
+    record with invalid UTF-8 is dropped and reported (``invalid_utf8``), as ``serve``
+    drops it (``otlp.parse_salvaged``), the rest of its request read."""
     spans: list[Span] = []
     logs: list[HeldRecord] = []
-    for where, req in _protobuf_requests(data, path, on_error):
+    for where, req, dropped in _protobuf_requests(data, path, on_error):
         if isinstance(req, ExportTraceServiceRequest):
-            spans.extend(_decode(req, path, where, on_error))
+            spans.extend(_decode(req, path, where, on_error, dropped))
         else:
-            logs.extend(_held(req, path, where, on_error))
+            logs.extend(_held(req, path, where, on_error, dropped))
     return spans, logs
 
 
@@ -193,30 +195,31 @@ def _ignored(error: LoaderError) -> None:
 
 
 def _protobuf_requests(data: bytes, path: Path, on_error: OnError,
-                       ) -> Iterator[tuple[str, Request]]:
-    """(where, request) of each traces or logs request: the file's frames when it is the
-    file exporter's output (sizes and requests fill the file; a frame's first byte is its
-    size's highest, 0 below 16 MiB, never a protobuf field's tag), else the file as one
-    request. The exporter's output whose last request is cut short (a file it is still
-    writing, or stopped writing) is reported (``on_error``) and its whole requests read."""
+                       ) -> Iterator[tuple[str, Request, Counter[str]]]:
+    """(where, request, what was dropped from it by reason) of each traces or logs request:
+    the file's frames when it is the file exporter's output (sizes and requests fill the
+    file; a frame's first byte is its size's highest, 0 below 16 MiB, never a protobuf
+    field's tag), else the file as one request. The exporter's output whose last request
+    is cut short (a file it is still writing, or stopped writing) is reported
+    (``on_error``) and its whole requests read."""
     frames, whole = _frames(data)
     if not whole and data[:1] == b"\x00":
         on_error(LoaderError(path, "OTLP protobuf requests cut short (the file exporter's "
                                    "output, the last request incomplete?): the "
                                    f"{len(frames)} whole requests before it read"))
     elif not (whole and frames):
-        req = _signal(data)
+        req, dropped = _signal(data)
         if req is None or req is _SKIPPED:
             raise LoaderError(path, "neither JSON nor an OTLP protobuf request holding spans "
                                     "or log records: not a recognised trace file")
-        yield "", req
+        yield "", req, dropped
         return
     for number, frame in enumerate(frames, 1):
-        req = _signal(frame) if frame else _SKIPPED
+        req, dropped = _signal(frame) if frame else (_SKIPPED, Counter())
         if req is None:
             raise LoaderError(path, f"request {number}: not an OTLP protobuf request")
         if req is not _SKIPPED:
-            yield f"request {number}: ", req
+            yield f"request {number}: ", req, dropped
 
 
 def unframe_zstd(data: bytes, path: Path, on_error: OnError) -> bytes:
@@ -264,26 +267,39 @@ def _frames(data: bytes) -> tuple[list[bytes], bool]:
     return frames, True
 
 
-def _signal(frame: bytes) -> Request | None:
-    """The request a frame holds (a protobuf message does not say its type): traces when a
-    span has ids of a span's sizes (no other signal's message has them in those fields),
-    ``_SKIPPED`` for metrics (a named metric with data), else logs when it holds records,
-    else traces when it holds spans; None when it is none of them."""
-    traces = _parsed(frame, ExportTraceServiceRequest)
+def _signal(frame: bytes) -> tuple[Request | None, Counter[str]]:
+    """The request a frame holds (a protobuf message does not say its type), and what was
+    dropped from it by reason (``invalid_utf8``, as ``serve`` parses it: ``_salvaged``):
+    traces when a span has ids of a span's sizes (no other signal's message has them in
+    those fields), ``_SKIPPED`` for metrics (a named metric with data), else logs when it
+    holds records, else traces when it holds spans; None when it is none of them."""
+    traces, dropped = _salvaged(frame, parse_request)
     spans = [] if traces is None else [s for rs in traces.resource_spans
                                        for ss in rs.scope_spans for s in ss.spans]
     if any(len(s.trace_id) == 16 and len(s.span_id) == 8 for s in spans):
-        return traces
+        return traces, dropped
     metrics = _parsed(frame, ExportMetricsServiceRequest)
     if metrics is not None and any(m.name and m.WhichOneof("data")
                                    for rm in metrics.resource_metrics
                                    for sm in rm.scope_metrics for m in sm.metrics):
-        return _SKIPPED
-    logs = _parsed(frame, ExportLogsServiceRequest)
+        return _SKIPPED, Counter()
+    logs, logs_dropped = _salvaged(frame, parse_logs_request)
     if logs is not None and any(sl.log_records for rl in logs.resource_logs
                                 for sl in rl.scope_logs):
-        return logs
-    return traces if spans else None  # spans of invalid ids: reported as the decoder's
+        return logs, logs_dropped
+    # spans of invalid ids: reported as the decoder's
+    return (traces, dropped) if spans else (None, Counter())
+
+
+def _salvaged(frame: bytes, parse: Callable[[bytes], tuple[Any, Counter[str]]],
+              ) -> tuple[Any, Counter[str]]:
+    """``serve``'s parse of a request (``otlp.parse_request``, ``otlp_logs.
+    parse_logs_request``): the items with invalid UTF-8 dropped and counted; None when the
+    frame is no such request at all."""
+    try:
+        return parse(frame)
+    except (MalformedRequest, DecodeError, RecursionError):
+        return None, Counter()
 
 
 def _parsed(frame: bytes, cls: Any) -> Any:
