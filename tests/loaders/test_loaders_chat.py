@@ -6,10 +6,12 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from otel_eval.base.model import Trace
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.trajectory import build_trajectory
-from otel_eval.receive.loaders import load_file
+from otel_eval.receive.loaders import chat, load_file
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "loaders"
 CFG = TrajectoryConfig()
@@ -154,3 +156,35 @@ def test_a_reward_that_is_no_number_of_tau_bench_is_no_outcome(tmp_path: Path) -
     outcomes = [build_trajectory(t, CFG).root_attributes.get("otel_eval.outcome")
                 for t in load_file(path)]
     assert outcomes == [None, None, None, "success", "failure"]
+
+
+def _inputs(traces: list[Trace]) -> list[str]:
+    return [s.attributes["gen_ai.input.messages"] for t in traces for s in t.spans
+            if s.attributes.get("gen_ai.operation.name") == "chat"]
+
+
+@pytest.mark.parametrize("turns", [False, True], ids=["run", "turns"])
+def test_a_long_chat_log_costs_memory_linear_in_its_size(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, turns: bool) -> None:
+    """Each chat span's input was the whole history before it: a 3 MB runs file of one run
+    of 12,000 messages made 18 GB of inputs (and eval ran out of memory). Past the run's
+    budget of input text a call's input is what it added to the history; below it, the
+    whole history, as before."""
+    monkeypatch.setattr(chat, "MAX_INPUT_CHARS", 20_000, raising=False)
+    traj = [{"role": "system", "content": "policy"}]
+    for i in range(300):
+        traj += [{"role": "user", "content": f"question {i} " + "u" * 100},
+                 {"role": "assistant", "content": f"answer {i} " + "a" * 100}]
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps([{"task_id": 1, "reward": 1.0, "traj": traj, "info": {}}]))
+    inputs = _inputs(load_file(path, turns=turns))
+    assert len(inputs) == 300
+    assert sum(map(len, inputs)) <= 20_000 + 2 * path.stat().st_size
+    assert "question 0 " in inputs[0] and "question 1 " in inputs[1]  # whole, below it
+    assert "question 299 " in inputs[-1] and "answer 298 " in inputs[-1]  # what it added
+    assert all(json.loads(text) for text in inputs)  # each a JSON list of messages
+
+
+def test_a_short_chat_log_sends_the_whole_history_at_each_call() -> None:
+    inputs = _inputs(load_file(DATA / "tau_runs.json")[:1])
+    assert len(inputs) == 2 and json.loads(inputs[0]) == json.loads(inputs[1])[:2]

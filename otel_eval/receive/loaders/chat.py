@@ -9,6 +9,12 @@ run's: ``content_digest``) and times are synthetic and monotonic (1 ms
 per span from a fixed base), so loading a file twice, or replaying it over OTLP and receiving
 it back, gives identical traces, and a runs file of the same name in another directory (another
 run of the benchmark) other ones.
+
+A call's input is the whole history before it while a run's inputs hold less than
+``MAX_INPUT_CHARS`` in all; past that, the messages added since the previous call: the
+history sent again at every call is quadratic in the run's length (a 3 MB runs file of one
+run of 12,000 messages made 18 GB of inputs), so a chat log costs time and memory linear in
+its size.
 """
 
 from __future__ import annotations
@@ -153,11 +159,41 @@ def content_digest(run: Any) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:DIGEST_HEX]
 
 
+# The text the inputs of one run's chat calls hold in all before a call's input is only the
+# messages added since the previous call (far above a real run's: a tau-bench run's are
+# ~1 MB, a model's context window ~4 MB per call).
+MAX_INPUT_CHARS = 64 << 20
+
+
+class Inputs:
+    """The inputs of one run's chat calls (a conversation's, over its turns' traces): the
+    history sent, until they hold ``MAX_INPUT_CHARS``; then what each call added to it."""
+
+    def __init__(self) -> None:
+        self.chars = 0  # the text of the inputs so far
+        self._seen = 0  # messages of the history at the previous call
+        self._history_chars = 0  # their text
+
+    def sent(self, history: list[str]) -> str:
+        """A call's ``gen_ai.input.messages``; ``history``: the same list at every call,
+        appended to between them."""
+        added = history[self._seen:]
+        self._history_chars += sum(map(len, added))
+        whole = self._history_chars + len(history) + 1  # and its commas and brackets
+        text = f"[{','.join(history if self.chars + whole <= MAX_INPUT_CHARS else added)}]"
+        self._seen = len(history)
+        self.chars += len(text)
+        return text
+
+
 class ChatTrace:
     """Accumulates the spans of one conversation."""
 
-    def __init__(self, key: str, index: int, service: str, offset_ns: int = 0) -> None:
-        """``offset_ns``: after run ``index``'s start (a later turn of the conversation)."""
+    def __init__(self, key: str, index: int, service: str, offset_ns: int = 0,
+                 inputs: Inputs | None = None) -> None:
+        """``offset_ns``: after run ``index``'s start (a later turn of the conversation);
+        ``inputs``: the run's, when its calls are in several traces (its turns)."""
+        self.inputs = inputs or Inputs()
         seed = hashlib.sha256(key.encode()).hexdigest()
         self.trace_id = seed[:32]
         # span ids hash f"{seed}/{n}": the seed's share of the hash is computed once
@@ -190,7 +226,7 @@ class ChatTrace:
         without its finish reason)."""
         model = attrs.get("gen_ai.request.model")
         attributes = {"gen_ai.operation.name": "chat",
-                      "gen_ai.input.messages": f"[{','.join(history)}]",
+                      "gen_ai.input.messages": self.inputs.sent(history),
                       "gen_ai.output.messages": f"[{with_finish_reason(output, reason)}]",
                       "gen_ai.response.finish_reasons": [reason]}
         if attrs:

@@ -27,7 +27,7 @@ from typing import Any
 
 from otel_eval.base.model import Trace
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.receive.loaders.chat import ChatTrace, content_digest, message_json
+from otel_eval.receive.loaders.chat import ChatTrace, Inputs, content_digest, message_json
 from otel_eval.receive.loaders.files import LoaderError
 
 AGENT = "tau-bench-agent"
@@ -144,10 +144,11 @@ def _turns(run: dict[str, Any], index: int, path: Path, system: dict[str, str]) 
     results = _results(traj)
     conversation = f"{path.name}:{index}:{content_digest(run)}"
     history: list[str] = []
+    inputs = Inputs()  # the conversation's history is sent on over its turns
     out = []
     for number, positions in enumerate(_turn_messages(traj)):
         trace = ChatTrace(f"{conversation}:turn{number}", index, "tau-bench",
-                          offset_ns=number * TURN_GAP_NS)
+                          offset_ns=number * TURN_GAP_NS, inputs=inputs)
         user = answer = None
         for pos in positions:
             msg = traj[pos]
