@@ -82,3 +82,21 @@ def test_a_protobuf_span_with_invalid_utf8_costs_that_span_not_the_file(
     assert set(traces) == {WEATHER, "0123456789abcdef0123456789abcdef"}
     assert [e.problem for e in errors] == [
         ("request 1: " if framed else "") + "rejected 1 span(s): 1 invalid_utf8"]
+
+
+@pytest.mark.parametrize("bad", [
+    {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": 5, "name": "x"}]}]}]},
+    {"hello": 1},  # JSON, of no signal
+], ids=["unparsable-request", "no-request"])
+def test_a_line_that_is_no_request_costs_that_line_not_the_file(
+        tmp_path: Path, bad: dict[str, object]) -> None:
+    """The file exporter's lines are requests, as serve receives them: serve refuses a bad
+    one and takes the others; eval dropped every line of the file for it (its runs never
+    evaluated)."""
+    lines = (DATA / "collector_export.jsonl").read_text().splitlines()
+    path = tmp_path / "traces.jsonl"
+    path.write_text("\n".join([json.dumps(bad), *lines, json.dumps(bad)]) + "\n")
+    errors: list[LoaderError] = []
+    assert WEATHER in by_id(load_file(path, on_error=errors.append))
+    assert len(errors) == 1 and errors[0].problem.startswith("line 1: not an OTLP")
+    assert errors[0].problem.endswith(" (and 1 more lines not read)")

@@ -143,10 +143,12 @@ def from_json_lines(data: bytes, path: Path, on_error: OnError,
     """The spans and the GenAI event records of the requests, one per line, of any signal.
     A line that is not valid JSON (the last one of a file the exporter is still writing, or
     stopped writing, is cut short) is reported once the file is read, with how many more
-    there were; the other lines are read."""
+    there were; so is a line of JSON that is no request of any signal (as ``serve`` refuses
+    such a request, not the others): the other lines are read."""
     spans: list[Span] = []
     logs: list[HeldRecord] = []
     invalid, first_invalid = 0, ""  # lines not valid JSON, the first one's problem
+    unread, first_unread = 0, ""  # lines of JSON that are no request, the first's problem
     for number, line in enumerate(data.splitlines(), 1):
         if not line.strip():
             continue
@@ -157,16 +159,24 @@ def from_json_lines(data: bytes, path: Path, on_error: OnError,
             invalid += 1
             first_invalid = first_invalid or f"line {number}: not valid JSON: {e}"
             continue
-        if is_otlp_json(doc):
-            spans.extend(from_json_doc(doc, path, on_error, f"line {number}: ", line))
-        elif is_otlp_logs_json(doc):
-            logs.extend(logs_from_json_doc(doc, path, on_error, f"line {number}: ", line))
-        elif not is_other_signal(doc):
-            raise LoaderError(path, f"line {number}: not an OTLP ExportTraceServiceRequest "
-                                    "(nor another signal's request)")
+        try:
+            if is_otlp_json(doc):
+                spans.extend(from_json_doc(doc, path, on_error, f"line {number}: ", line))
+            elif is_otlp_logs_json(doc):
+                logs.extend(logs_from_json_doc(doc, path, on_error, f"line {number}: ", line))
+            elif not is_other_signal(doc):
+                raise LoaderError(path, f"line {number}: not an OTLP "
+                                        "ExportTraceServiceRequest (nor another signal's "
+                                        "request)")
+        except LoaderError as e:
+            unread += 1
+            first_unread = first_unread or e.problem
     if invalid:
         more = f" (and {invalid - 1} more lines not valid JSON)" if invalid > 1 else ""
         on_error(LoaderError(path, first_invalid + more))
+    if unread:
+        more = f" (and {unread - 1} more lines not read)" if unread > 1 else ""
+        on_error(LoaderError(path, first_unread + more))
     return spans, logs
 
 
