@@ -438,3 +438,22 @@ def test_a_long_tool_call_is_re_judged_whole_only_within_idle_timeout_plus_reope
             assert (t.status, t.revision, len(t.spans)) == ("complete", 1, 3)
         else:
             assert res.rejected == {"late": 2} and a.tick(call_s + 10) == []
+
+
+def test_a_run_pushed_out_under_pressure_is_cut_never_judged_as_one_that_did_not_end(
+        ) -> None:
+    """Slot pressure releases one-span traces idle for ``pressure_idle_s`` early. A stop is no
+    verdict, nor is otel-eval's own pressure: they were released ``incomplete`` (the
+    non-termination error of a run silent for ``idle_timeout_s``) whatever they held, so a
+    one-span run that had ended (its root recognised when idle, an exporter without span
+    flags; or waiting out a grace longer than ``pressure_idle_s``) was judged as never
+    ended, and one still running (a tool call of 30 s) as hung. Now a run that ended is
+    released ``complete`` and one cut while it went on ``truncated``, reason ``pressure``."""
+    t3 = "c" * 32
+    a = TraceAssembler(dataclasses.replace(CFG, grace_s=60, pressure_idle_s=30))
+    a.add([span(T1, 2, parent=1)], now=0)  # no flags: its own root once idle (tick: complete)
+    a.add([span(T2, 1)], now=0)  # a root that ended, waiting out the grace
+    a.add([local(t3, 2)], now=0)  # a child of a root still running
+    out = {t.trace_id: (t.status, t.release_reason) for t in a.give_way(3, 30, 30)}
+    assert out == {T1: ("complete", "pressure"), T2: ("complete", "pressure"),
+                   t3: ("truncated", "pressure")}

@@ -636,16 +636,22 @@ class TraceAssembler:
 
     def give_way(self, n: int, idle_since: float, now: float) -> list[Trace]:
         """Slot pressure: release up to n one-span traces idle since ``idle_since`` (oldest
-        first, as ``incomplete``/``pressure``), and drop those holding only log records
-        (``no_spans``, as at their idle timeout: records whose spans never came must not
-        refuse spans). O(released): singles are kept in order."""
+        first, reason ``pressure``), and drop those holding only log records (``no_spans``,
+        as at their idle timeout: records whose spans never came must not refuse spans).
+        A run that ended (as ``tick`` would tell at its deadline) is released ``complete``;
+        one cut while it went on ``truncated``, never ``incomplete``: the silence was
+        ``pressure_idle_s``, not ``idle_timeout_s``, and otel-eval's pressure is no
+        verdict on the run. O(released): singles are kept in order."""
         out: list[Trace] = []
         while self._singles and n > 0:
             tr = self._open[next(iter(self._singles))]
             if tr.last_seen > idle_since:
                 break  # the rest arrived later still
             if tr.spans or tr.passed:
-                out.append(self._release(tr, "incomplete", "pressure", now))
+                ended = (tr.root_ended or _local_root_ended(tr)) \
+                    and not _upstream_root_pending(tr)
+                out.append(self._release(tr, "complete" if ended else "truncated",
+                                         "pressure", now))
             else:
                 self._drop_logs_only(tr, now)
             n -= 1

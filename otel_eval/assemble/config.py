@@ -67,7 +67,8 @@ class AssemblyConfig:
     # trace gets no span are dropped after idle_timeout_s (`no_spans`).
     max_pending_log_bytes: int = 128 * 1024 * 1024
     # Under slot pressure (max_open_traces reached), traces holding a single span and idle
-    # this long give way first: released early (incomplete, reason `pressure`), seconds;
+    # this long give way first: released early (reason `pressure`: `truncated`, a cut,
+    # never judged `incomplete`; `complete` when the run had ended), seconds;
     # so do those holding only GenAI log records (dropped, `no_spans`).
     pressure_idle_s: float = 30.0
     # Largest share of max_open_traces, of max_pending_spans and max_pending_bytes, and of

@@ -51,7 +51,7 @@ def test_one_span_idle_traces_give_way_to_new_traces(tmp_path: Path) -> None:
         h.clock.now += 31
         assert _send(h, _trace(1001, 3)) is None  # one flood trace gave way
         assert h.svc.engine.open_traces() == 100
-        assert h.sample("otel_eval_assembly_traces_released_total", status="incomplete",
+        assert h.sample("otel_eval_assembly_traces_released_total", status="truncated",
                         reason="pressure") == 1
         assert h.svc.engine.process() == 1  # the pushed-out trace is evaluated, not dropped
         assert _throttled(h, "open_traces") == 1
