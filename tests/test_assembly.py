@@ -457,3 +457,30 @@ def test_a_run_pushed_out_under_pressure_is_cut_never_judged_as_one_that_did_not
     out = {t.trace_id: (t.status, t.release_reason) for t in a.give_way(3, 30, 30)}
     assert out == {T1: ("complete", "pressure"), T2: ("complete", "pressure"),
                    t3: ("truncated", "pressure")}
+
+
+def test_a_run_whose_log_records_past_the_limit_were_refused_is_not_judged_whole() -> None:
+    """GenAI events past ``max_log_records_per_trace`` are refused (``trace_too_large``), as
+    spans past ``max_spans_per_trace`` are; a run that lost spans so is released
+    ``truncated`` (reason ``trace_too_large``), but one that lost events was released
+    ``complete``: judged as the whole run with messages of it unread. Now it is cut too,
+    open or re-opened (a run at exactly the limit is whole)."""
+    from otel_eval.base.model import LogEvent
+    from otel_eval.decode.otlp_logs import hold
+
+    def recs(n: int, first: int = 0) -> list:
+        return [hold(LogEvent(T1, f"{2:016x}", "gen_ai.choice", 1_000 + i, {},
+                              {"index": 0, "message": {"content": str(i)}}))
+                for i in range(first, first + n)]
+
+    cfg = dataclasses.replace(CFG, max_log_records_per_trace=3)
+    a = TraceAssembler(cfg)
+    a.add([span(T1, 1), span(T1, 2, parent=1)], now=0)
+    assert a.add_logs(recs(3), now=0).rejected == {}  # exactly the limit: whole
+    [t] = a.tick(10)
+    assert (t.status, t.release_reason) == ("complete", "root_ended")
+    a = TraceAssembler(cfg)
+    a.add([span(T1, 1), span(T1, 2, parent=1)], now=0)
+    assert a.add_logs(recs(4), now=0).rejected == {"trace_too_large": 1}
+    [t] = a.tick(10)
+    assert (t.status, t.release_reason, len(t.logs)) == ("truncated", "trace_too_large", 3)

@@ -125,8 +125,9 @@ class _Open:
     # spans of it were refused for their service's share (``cut``): released ``truncated``
     # (reason ``service_share``), never judged as a whole run
     cut: bool = False
-    # spans of it past max_spans_per_trace were refused or only passed on (``full``): not
-    # the whole run, so released ``truncated`` (reason ``trace_too_large``) when complete
+    # spans of it past max_spans_per_trace were refused or only passed on, or log records
+    # past max_log_records_per_trace refused (``full``): not the whole run, so released
+    # ``truncated`` (reason ``trace_too_large``) when complete
     full: bool = False
 
 
@@ -550,6 +551,7 @@ class TraceAssembler:
                 continue
             if len(tr.logs) >= limit:
                 res.rejected["trace_too_large"] += 1
+                tr.full = True  # the run misses its events: not the whole run
                 continue
             if not tr.service and record.service:
                 self._move_slot(tr, record.service)

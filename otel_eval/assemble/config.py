@@ -92,7 +92,8 @@ class AssemblyConfig:
     # (reason `service_share`), never judged as whole (trace ids remembered: max_tombstones).
     max_service_share: float = 1.0
     # GenAI event log records (message content sent as OTLP logs) kept per trace; more are
-    # dropped with reason `trace_too_large`.
+    # dropped with reason `trace_too_large`; a run that ended so is released `truncated`
+    # (reason `trace_too_large`, as for spans past max_spans_per_trace), never `complete`.
     max_log_records_per_trace: int = 10_000
     # GenAI event log records accepted but not yet evaluated. Past it the logs receivers
     # throttle (gRPC RESOURCE_EXHAUSTED, HTTP 429), as for spans.

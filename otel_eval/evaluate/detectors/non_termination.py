@@ -75,8 +75,8 @@ def _status(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:
     if trajectory.status == "truncated" and root is not None and root.end_ns > 0 \
             and root.parent_span_id is None:  # the run's own root ended: the run did end
         return [Finding("evaluation", "spans_cut", "info",
-                        "the run ended, but spans of it were not read (past the per-trace "
-                        "limit, or refused for their service's share): not the whole run",
+                        "the run ended, but spans or events of it were not read (past the "
+                        "per-trace limit, or refused for their service's share): not the whole run",
                         ids, idx)]
     if trajectory.status == "truncated":
         return [Finding("non_termination", "truncated", cfg.truncated_severity,
