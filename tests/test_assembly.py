@@ -91,12 +91,14 @@ def test_a_retry_of_spans_already_held_reopens_nothing() -> None:
 
 
 def test_late_spans_a_full_trace_cannot_take_reopen_nothing() -> None:
-    """A released trace at ``max_spans_per_trace``: a late span is refused as the open trace
-    would (``trace_too_large``). Before, it re-opened the trace first, which was released
-    and evaluated again unchanged (and sent to the sinks again)."""
+    """A released trace at ``max_spans_per_trace`` that was not judged whole (here
+    ``incomplete``): a late span is refused as the open trace would (``trace_too_large``).
+    Before, it re-opened the trace first, which was released and evaluated again unchanged
+    (and sent to the sinks again). (A run released ``complete`` is re-opened to be cut:
+    ``test_a_late_span_a_whole_released_run_has_no_room_for_cuts_it``.)"""
     a = TraceAssembler(CFG)
-    a.add([span(T1, 1)] + [span(T1, i, parent=1) for i in range(2, 6)], now=0)
-    assert len(a.tick(10)) == 1
+    a.add([span(T1, 1, ended=False)] + [span(T1, i, parent=1) for i in range(2, 6)], now=0)
+    assert [t.status for t in a.tick(180)] == ["incomplete"]
     res = a.add([span(T1, 6, parent=1)], now=200)
     assert (res.accepted, res.reopened, res.rejected) == (0, 0, {"trace_too_large": 1})
     assert len(a) == 0 and a.tick(400) == []
@@ -484,3 +486,43 @@ def test_a_run_whose_log_records_past_the_limit_were_refused_is_not_judged_whole
     assert a.add_logs(recs(4), now=0).rejected == {"trace_too_large": 1}
     [t] = a.tick(10)
     assert (t.status, t.release_reason, len(t.logs)) == ("truncated", "trace_too_large", 3)
+
+
+def test_a_late_span_a_whole_released_run_has_no_room_for_cuts_it() -> None:
+    """A run released ``complete`` holding exactly ``max_spans_per_trace`` spans (or
+    ``max_log_records_per_trace`` records): a late span (or record) within the reopen window
+    is refused (``trace_too_large``). It was refused without re-opening the run, so the
+    stored verdict stayed ``complete``, a whole run, with part of it lost. Now the run is
+    re-opened once and released again ``truncated`` (reason ``trace_too_large``); a run
+    already cut, or not complete, is not re-opened for such a span (nothing would change)."""
+    from otel_eval.base.model import LogEvent
+    from otel_eval.decode.otlp_logs import hold
+
+    a = TraceAssembler(CFG)
+    a.add([span(T1, 1)] + [span(T1, i, parent=1) for i in range(2, 6)], now=0)
+    [t] = a.tick(10)
+    assert t.status == "complete"
+    res = a.add([span(T1, 6, parent=1)], now=200)
+    assert (res.accepted, res.reopened, res.rejected) == (0, 1, {"trace_too_large": 1})
+    assert T1 in res.traces  # the spool re-spools the re-opened run
+    [t] = a.tick(210)
+    assert (t.status, t.release_reason, t.revision, len(t.spans)) == (
+        "truncated", "trace_too_large", 1, 5)
+    res = a.add([span(T1, 7, parent=1)], now=220)  # already cut: refused, nothing re-opened
+    assert (res.accepted, res.reopened, res.rejected) == (0, 0, {"trace_too_large": 1})
+    assert len(a) == 0
+
+    def rec(i: int) -> list:
+        return [hold(LogEvent(T2, f"{2:016x}", "gen_ai.choice", 1_000 + i, {},
+                              {"index": 0, "message": {"content": str(i)}}))]
+
+    a = TraceAssembler(dataclasses.replace(CFG, max_log_records_per_trace=1))
+    a.add([span(T2, 1)], now=0)
+    a.add_logs(rec(0), now=0)
+    assert a.tick(10)[0].status == "complete"
+    res = a.add_logs(rec(1), now=200)
+    assert (res.accepted, res.reopened, res.rejected) == (0, 1, {"trace_too_large": 1})
+    assert T2 in res.traces
+    [t] = a.tick(210)
+    assert (t.status, t.release_reason, t.revision, len(t.logs)) == (
+        "truncated", "trace_too_large", 1, 1)

@@ -143,6 +143,9 @@ class _Released:
     cut: bool = False  # the open trace's: a re-open still misses what was refused
     root_ended: bool = False  # the open trace's: an entry span of it had ended
     full: bool = False  # the open trace's: spans past max_spans_per_trace were not evaluated
+    # released ``complete``: an item it has no room for cuts it (re-opened, released again
+    # ``truncated``); any other is refused without re-opening it (nothing would change)
+    complete: bool = False
 
 
 @dataclass
@@ -388,6 +391,8 @@ class TraceAssembler:
             tr.full = tr.full or (full and span.unevaluable is None)  # the run misses it
             if full and not self.pass_through:
                 res.rejected["trace_too_large"] += 1
+                if tr.trace_id in reopened:  # re-opened to be cut: spooled, waited for
+                    self._took(tr, took, on_trace)
                 continue
             # past the limit, unevaluable or another sender's, pass-through holds it to pass
             # on: it moves the trace's deadline but is no part of what is evaluated
@@ -401,10 +406,7 @@ class TraceAssembler:
                 res.late_spans += 1
             if span.end_ns and span.is_entry and not full:
                 tr.root_ended = True
-            if tr.trace_id not in took:
-                took[tr.trace_id] = tr
-                if on_trace is not None and (w := on_trace(tr.trace_id)) is not None:
-                    tr.waiters.append(w)
+            self._took(tr, took, on_trace)
         self.open_spans += res.accepted
         for tr in took.values():  # once per trace, not per span: the state it ends up in
             if len(tr.spans) == 1:
@@ -416,6 +418,15 @@ class TraceAssembler:
             self._reschedule(tr)
         res.traces = set(took)
         return res
+
+    @staticmethod
+    def _took(tr: _Open, took: dict[str, _Open],
+              on_trace: Callable[[str], Callable[[], None] | None] | None) -> None:
+        """``tr`` took items of this call (once per trace: its waiter, its rescheduling)."""
+        if tr.trace_id not in took:
+            took[tr.trace_id] = tr
+            if on_trace is not None and (w := on_trace(tr.trace_id)) is not None:
+                tr.waiters.append(w)
 
     def _open_for(self, item: Span | HeldRecord, now: float, res: AddResult, source: str,
                   sender: str) -> _Open | None:
@@ -435,14 +446,16 @@ class TraceAssembler:
             res.rejected["duplicate_log_record"] += 1  # as a span it holds, above
             res.known.add(item.trace_id)
             return None
-        if old is not None and (
+        if old is not None and not old.complete and (
                 len(old.spans) >= self.config.max_spans_per_trace and not self.pass_through
                 and not _ends_run(item, old.root_ended)
                 if isinstance(item, Span) else
                 len(old.logs) >= self.config.max_log_records_per_trace):
             # one the released trace has no room for: refused as the open trace would,
             # without re-opening it to be released again unchanged (pass-through re-opens
-            # it to pass the span on: the run is forwarded again, as any re-open)
+            # it to pass the span on: the run is forwarded again, as any re-open). A run
+            # released ``complete`` is re-opened: refused there, the item cuts it (``full``),
+            # so it is released again ``truncated``, not left judged whole
             res.rejected["trace_too_large"] += 1
             return None
         started = self._start(item, now, res, source, sender)
@@ -536,10 +549,14 @@ class TraceAssembler:
         res = AddResult()
         self._forget(now)
         limit = self.config.max_log_records_per_trace
+        reopened: set[str] = set()  # the released traces these records re-opened
         for record in logs:
+            before = res.reopened
             tr = self._open_for(record, now, res, source, sender)
             if tr is None:
                 continue
+            if res.reopened > before:
+                reopened.add(tr.trace_id)
             if tr.passing and sender != tr.sender:  # opened to pass a span on only
                 res.rejected["foreign_sender"] += 1
                 continue
@@ -552,6 +569,10 @@ class TraceAssembler:
             if len(tr.logs) >= limit:
                 res.rejected["trace_too_large"] += 1
                 tr.full = True  # the run misses its events: not the whole run
+                if tr.trace_id in reopened and tr.trace_id not in res.traces:
+                    res.traces.add(tr.trace_id)  # re-opened to be cut: spooled, waited for
+                    if on_trace is not None and (w := on_trace(tr.trace_id)) is not None:
+                        tr.waiters.append(w)
                 continue
             if not tr.service and record.service:
                 self._move_slot(tr, record.service)
@@ -789,7 +810,8 @@ class TraceAssembler:
             # max_spans_per_trace)
             self._reopenable[tr.trace_id] = _Released(now, tr.spans, tr.revision, tr.sender,
                                                       tr.logs, trace.finished, tr.log_keys,
-                                                      tr.cut, tr.root_ended, tr.full)
+                                                      tr.cut, tr.root_ended, tr.full,
+                                                      status == "complete")
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)
         self._forget(now)

@@ -44,7 +44,8 @@ class AssemblyConfig:
     # it ends the run (an SDK sends it last), refused the run would read as never ended.
     # A run that ended with spans past it is released `truncated` (reason
     # `trace_too_large`: not the whole run, what came after the cut unknown), never
-    # `complete`; one whose root never ended stays `incomplete`.
+    # `complete`; one whose root never ended stays `incomplete`. A late span a run released
+    # `complete` has no room for (within reopen_window_s) re-opens it: stored again `truncated`.
     max_spans_per_trace: int = 10_000
     # Spans accepted but not yet evaluated (open + released-but-queued). Past it receivers
     # throttle (gRPC RESOURCE_EXHAUSTED, HTTP 429) so exporters retry: nothing acked is dropped.

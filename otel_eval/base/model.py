@@ -300,9 +300,12 @@ def content_digest(trace: Trace) -> str:
     """What a trace's evaluation was made from, as a short hex digest: its span ids with
     their end times, and its log records (span id, time, name, body, attributes), each set
     in a canonical order, so the same spans and records redelivered in another order or
-    batching give the same digest, and a span that ended later or one more record does not.
-    Linear in the trace's size."""
+    batching give the same digest, and a span that ended later or one more record does not;
+    nor does the same content released ``truncated`` (a run re-opened by an item it had no
+    room for: judged whole before, cut now). Linear in the trace's size."""
     h = hashlib.blake2b(digest_size=16)
+    if trace.status == "truncated":  # (complete and incomplete hash as before it was kept)
+        h.update(b"truncated;")
     for span_id, end_ns in sorted((s.span_id, s.end_ns) for s in trace.spans):
         h.update(f"s{span_id}:{end_ns};".encode())
     for rec in sorted(_record_key(r) for r in trace.logs):

@@ -204,11 +204,13 @@ def _holds_records(trace: Trace, ids: frozenset[str], held: str) -> bool:
     """Whether ``trace`` holds every log record of a stored run whose ids name none: a run
     with no records, or a row of an earlier release of schema 16, which kept span ids only.
     Its digest tells: the trace's spans of the run with the trace's records, or with none,
-    make it again only when the trace holds all the run's records (or it had none). Else
-    (more records than the run's too, or fewer) it is not known to hold them: ``late``."""
+    make it again only when the trace holds all the run's records (or it had none), released
+    as the trace is or as the stored run may have been (``truncated`` or not: the digest
+    tells them apart). Else (more records than the run's too, or fewer) it is not known to
+    hold them: ``late``."""
     spans = [s for s in trace.spans if s.span_id in ids]
-    return held in (content_digest(replace(trace, spans=spans, logs=logs))
-                    for logs in (list(trace.logs), []))
+    return held in (content_digest(replace(trace, spans=spans, logs=logs, status=status))
+                    for logs in (list(trace.logs), []) for status in ("complete", "truncated"))
 
 
 def _own_commits(store: EvaluationStore, traces: Sequence[Trace],

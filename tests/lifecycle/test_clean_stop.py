@@ -897,3 +897,37 @@ def test_without_pass_through_a_span_otel_eval_cannot_evaluate_is_refused(
     assert p.advance(IDLE) == 1
     assert p.stored()[T]["counts"]["spans"] == 9
     p.stop()
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_late_span_a_whole_stored_run_has_no_room_for_cuts_it_across_a_crash(
+        tmp_path: Path, crash: bool) -> None:
+    """A run of exactly ``assembly.max_spans_per_trace`` spans is stored ``complete``; a late
+    span of it, within the reopen window, is refused (``trace_too_large``). Before, the
+    stored verdict stayed ``complete``: a whole run, its late span lost. Now the run is
+    re-opened and stored again ``truncated`` (revision 1, same spans: not skipped as
+    already evaluated). After a kill -9 before that release the re-open is replayed (it is
+    spooled): oldest request first, the late span before the run, whose root is then taken
+    past the limit, so the run is read whole (all 10 spans). Never ``complete`` with a span
+    of it lost; the spool is emptied."""
+    first = Process(tmp_path, WALL0, max_spans_per_trace=9)
+    first.send(run(T, end=100))
+    assert first.advance(GRACE) == 1
+    assert first.stored()[T]["status"] == "complete"
+    late = [_span(T, 40, 1, "chat", 60, 70)]
+    adm = first.engine.submit(late, request=encode_spans(late).SerializeToString())
+    assert (adm.accepted, dict(adm.rejected)) == (0, {"trace_too_large": 1})
+    p = first
+    if crash:  # the files as a kill -9 leaves them
+        first.store.close()
+        first.spool.close()
+        p = Process(tmp_path, WALL0 + 1.0, max_spans_per_trace=9)
+    assert p.advance(GRACE) == 1
+    ev = p.stored()[T]
+    if crash:
+        assert (ev["status"], ev["counts"]["spans"]) == ("complete", 10)
+    else:
+        assert (ev["status"], ev["revision"], ev["counts"]["spans"]) == ("truncated", 1, 9)
+        assert any(f["kind"] == "spans_cut" for f in ev["findings"])
+    assert p.spool.held() == (0, 0)
+    p.stop()
