@@ -526,3 +526,18 @@ def test_a_late_span_a_whole_released_run_has_no_room_for_cuts_it() -> None:
     [t] = a.tick(210)
     assert (t.status, t.release_reason, t.revision, len(t.logs)) == (
         "truncated", "trace_too_large", 1, 1)
+
+
+def test_a_run_that_ended_pushed_out_by_release_oldest_is_not_judged_cut() -> None:
+    """``overflow_policy: release_oldest`` pushes out the oldest open traces ``truncated``
+    (reason ``overflow``): right for a run still going, but a run that had ended and only
+    waited out its grace (or, its exporter setting no span flags, whose root is recognised
+    when idle) was judged cut too: a ``non_termination/truncated`` finding, counted as a
+    run that did not end. As under pressure, a run that ended is released ``complete``."""
+    a = TraceAssembler(CFG)
+    a.add([span(T1, 2, parent=1)], now=0)  # no flags: its own root once idle (tick: complete)
+    a.add([span(T2, 1)], now=1)  # a root that ended, waiting out the grace
+    a.add([local("c" * 32, 2)], now=2)  # a child of a root still running
+    out = [(t.status, t.release_reason) for t in a.release_oldest(3, now=3)]
+    assert out == [("complete", "overflow"), ("complete", "overflow"),
+                   ("truncated", "overflow")]

@@ -5,12 +5,14 @@ A trace is released
 - ``incomplete`` when its root has not ended and no span arrived for ``idle_timeout_s``
                  (the agent never finished: the non-termination case);
 - ``truncated``  when it has been open ``max_trace_duration_s``, or was pushed out by the
-                 ``release_oldest`` overflow policy, or when spans of it were refused for
-                 their service's share (``cut``: reason ``service_share``) whatever else,
-                 or when spans of it past ``max_spans_per_trace`` were refused (or, with
-                 pass-through, only passed on: ``full``, reason ``trace_too_large``) and it
-                 would otherwise be ``complete`` (a run whose root never ended, the root
-                 always taken, stays ``incomplete``).
+                 ``release_oldest`` overflow policy or slot pressure (``give_way``) before
+                 its run ended (one that had ended is ``complete``), or when spans of it
+                 were refused for their service's share (``cut``: reason
+                 ``service_share``) whatever else, or when spans of it past
+                 ``max_spans_per_trace`` were refused (or, with pass-through, only passed
+                 on: ``full``, reason ``trace_too_large``) and it would otherwise be
+                 ``complete`` (a run whose root never ended, the root always taken, stays
+                 ``incomplete``).
 The root is ``model.local_root``: a span without a parent, or whose parent the exporter flagged
 as remote, ends the run as soon as it ends (not a called service's entry while a span of
 another service waits for an absent parent flagged local: the orchestrator whose remote agent
@@ -648,11 +650,13 @@ class TraceAssembler:
         return out
 
     def release_oldest(self, n: int, now: float) -> list[Trace]:
-        """Overflow policy ``release_oldest``: push out the n traces open the longest."""
+        """Overflow policy ``release_oldest``: push out the n traces open the longest, cut
+        (``truncated``), or ``complete`` when the run had ended (``_ended``)."""
         out = []
         for t in sorted(self._open.values(), key=lambda t: t.first_seen)[:n]:
             if t.spans or t.passed:
-                out.append(self._release(t, "truncated", "overflow", now))
+                out.append(self._release(t, "complete" if _ended(t) else "truncated",
+                                         "overflow", now))
             else:
                 self._drop_logs_only(t, now)
         return out
@@ -671,9 +675,7 @@ class TraceAssembler:
             if tr.last_seen > idle_since:
                 break  # the rest arrived later still
             if tr.spans or tr.passed:
-                ended = (tr.root_ended or _local_root_ended(tr)) \
-                    and not _upstream_root_pending(tr)
-                out.append(self._release(tr, "complete" if ended else "truncated",
+                out.append(self._release(tr, "complete" if _ended(tr) else "truncated",
                                          "pressure", now))
             else:
                 self._drop_logs_only(tr, now)
@@ -841,6 +843,13 @@ def _ends_run(span: Span, root_ended: bool) -> bool:
     refused, the run that ended would be released ``incomplete`` (a non-termination)."""
     return not root_ended and bool(span.end_ns) and span.is_entry \
         and span.unevaluable is None
+
+
+def _ended(tr: _Open) -> bool:
+    """Whether a trace pushed out before its deadline holds a run that ended, as ``tick``
+    would tell at that deadline (its root ended, or one without a flag recognised now, and
+    no remote agent's entry standing in for an orchestrator still running). O(spans)."""
+    return (tr.root_ended or _local_root_ended(tr)) and not _upstream_root_pending(tr)
 
 
 def _surely_ended(tr: _Open) -> bool:

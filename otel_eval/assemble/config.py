@@ -51,7 +51,8 @@ class AssemblyConfig:
     # throttle (gRPC RESOURCE_EXHAUSTED, HTTP 429) so exporters retry: nothing acked is dropped.
     max_pending_spans: int = 1_000_000
     # What to do when max_open_traces is reached: `throttle` refuses spans of new traces with a
-    # retryable error; `release_oldest` releases the oldest open trace early as `truncated`.
+    # retryable error; `release_oldest` releases the oldest open trace early as `truncated`
+    # (`complete` when its run had ended: it waited only for its grace).
     overflow_policy: Literal["throttle", "release_oldest"] = "throttle"
     # Recently released traces kept (with their spans) for re-opening: bounds reopen memory.
     max_released_traces: int = 20_000
