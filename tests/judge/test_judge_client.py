@@ -269,3 +269,21 @@ def test_429_with_an_unreadable_retry_after_is_retried_on_the_backoff(llm: FakeL
                good(GOOD))
     r = call(client(llm, clock, backoff_initial_s=1.0))
     assert (r.status, r.attempts, clock.sleeps) == ("ok", 3, [1.0, 2.0]), r.error
+
+
+def test_a_retry_after_date_past_the_calendar_is_unknown_not_a_crash(llm: FakeLLM) -> None:
+    """An HTTP-date whose hour overflows a C int made ``parsedate_to_datetime`` raise
+    OverflowError: it went out of the client, the provider's 429 ended the judgement as a
+    ``worker_error`` (a bug's status, its call counted nowhere) instead of being retried."""
+    hostile = "Mon, 01 Jan 2026 99999999999999999999:00:00 GMT"
+
+    class E(Exception):
+        def __init__(self, value: str) -> None:
+            self.litellm_response_headers = {"retry-after": value}
+
+    assert retry_after_s(E(hostile)) is None
+    assert retry_after_s(E("Mon, 01 Jan 99999999999 00:00:00 GMT")) is None
+    clock = ManualClock()
+    llm.script(error(429, {"Retry-After": hostile}), good(GOOD))
+    r = call(client(llm, clock, backoff_initial_s=1.0))
+    assert (r.status, r.attempts, clock.sleeps) == ("ok", 2, [1.0]), r.error

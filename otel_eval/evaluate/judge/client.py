@@ -128,7 +128,7 @@ def retry_after_s(exc: BaseException) -> float | None:
         return seconds
     try:  # HTTP-date form
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an hour past a C int: no date
         return None
     if when.tzinfo is None:  # asctime form or a -0000 zone: still UTC (RFC 9110 5.6.7)
         when = when.replace(tzinfo=datetime.UTC)
