@@ -234,3 +234,50 @@ def test_the_judge_draws_each_services_session_of_one_id_on_its_own() -> None:
     assert drawn == [(session_sampled({"session_id": str(n), "service": "shop"}, half),
                       session_sampled({"session_id": str(n), "service": "attacker"}, half))
                      for n in range(64)]
+
+
+def test_a_session_judgement_a_killed_process_held_is_marked_restart(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    """A session judgement under way when the process died (kill -9, OOM: its provider
+    hanging makes each last minutes) left its completion with no ``judge`` at all, for good
+    (a completion is judged once): the next start now stores it skipped ``restart`` and
+    counts it, as it does a trace's."""
+    from judge_fixtures import config
+
+    from otel_eval.base.aio import LoopThread
+    from otel_eval.evaluate.judge.stage import JudgeStage
+
+    llm.route = lambda body: Reply(hang=True)  # the call never ends: then the "kill"
+    path = str(tmp_path / "r.db")
+    store = Store(path)
+    dead_loop, loop = LoopThread(), LoopThread()
+    dead_loop.start()
+    dead = JudgeStage(config(llm.api_base, timeout_s=600.0, max_retries=0), dead_loop, store,
+                      Metrics(CollectorRegistry()), cache_path=path)
+    registry = CollectorRegistry()
+    restarted = JudgeStage(config(llm.api_base), loop, store, Metrics(registry),
+                           cache_path=path)
+    try:
+        dead.start()
+        _store_turns(store, {"conv-k": 2})
+        job = SessionJob(store, SessionsConfig(), Metrics(CollectorRegistry()), judging=dead)
+        assert job.tick(_later()) == 1
+        assert llm.arrived.wait(30)  # being judged when the process "dies"
+        key = _key(store, "conv-k")
+        assert dead.loop.run(_flushed(), timeout_s=30)
+        dead._writer.call(lambda: True).result(30)  # its writes so far are made
+        loop.start()  # nothing of it is stored; a new process starts on the same files
+        restarted.start()
+        row = store.session_record(key)
+        assert row is not None and row.record is not None
+        assert row.record.get("judge") == {"judges": {},
+                                           "overall": {"status": "skipped", "reason": "restart"}}
+        assert registry.get_sample_value("otel_eval_judge_skipped_total",
+                                         {"reason": "restart"}) == 1.0
+    finally:
+        llm.released.set()
+        restarted.shutdown(5.0)
+        dead.shutdown(5.0)
+        loop.stop()
+        dead_loop.stop()
+        store.close()

@@ -23,6 +23,12 @@ The entry is written by the writer thread after the submit, behind the judge wri
 before it: a kill in that gap (milliseconds; longer while the store holds the writer) still
 loses the mark of the traces queued in it.
 
+A session judgement under way is kept the same way, in table ``judge_pending_sessions``
+(the session's store key and the completion judged, counted from 1), from its start until
+its judgement or skip is written onto that completion: a start that finds one stores it
+skipped ``restart`` onto the completion when it has no judge yet, and counts it (a completion
+is judged once: before, a kill during its call left it with no judge at all).
+
 Not re-queued: the judge reads the trajectory as it was evaluated (every span, before
 ``bound`` cut the stored object), which the store does not keep.
 """
@@ -47,6 +53,13 @@ class PendingJournal:
         PRIMARY KEY (trace_id, revision)
     )"""
 
+    SESSIONS = """CREATE TABLE IF NOT EXISTS judge_pending_sessions (
+        session_key TEXT NOT NULL,
+        completions INTEGER NOT NULL,  -- the completion judged, 1 the first
+        queued_at REAL NOT NULL,       -- unix seconds
+        PRIMARY KEY (session_key, completions)
+    )"""
+
     def __init__(self, path: str, wall_clock: Callable[[], float] = time.time) -> None:
         self.path = path
         self.wall_clock = wall_clock
@@ -57,6 +70,7 @@ class PendingJournal:
         self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=60.0)
         with self._db:
             self._db.execute(self.SCHEMA)
+            self._db.execute(self.SESSIONS)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(judge_pending)")}
             if "run_span_id" not in columns:  # a journal an older version wrote
                 self._db.execute("ALTER TABLE judge_pending ADD COLUMN run_span_id TEXT "
@@ -110,6 +124,30 @@ class PendingJournal:
             rows = self._db.execute("SELECT trace_id, revision, run_span_id, evaluated_at_ns "
                                     "FROM judge_pending ORDER BY queued_at").fetchall()
         return [(str(t), int(r), str(s), None if e is None else int(e)) for t, r, s, e in rows]
+
+    def add_session(self, key: str, completions: int) -> None:
+        with self._lock:
+            if self._db is not None:
+                with self._db:
+                    self._db.execute("INSERT OR REPLACE INTO judge_pending_sessions "
+                                     "(session_key, completions, queued_at) VALUES (?, ?, ?)",
+                                     (key, completions, self.wall_clock()))
+
+    def remove_session(self, key: str, completions: int) -> None:
+        with self._lock:
+            if self._db is not None:
+                with self._db:
+                    self._db.execute("DELETE FROM judge_pending_sessions WHERE session_key = ? "
+                                     "AND completions = ?", (key, completions))
+
+    def pending_sessions(self) -> list[tuple[str, int]]:
+        """Every session judgement entry (store key, completion), oldest first."""
+        with self._lock:
+            if self._db is None:
+                return []
+            rows = self._db.execute("SELECT session_key, completions FROM "
+                                    "judge_pending_sessions ORDER BY queued_at").fetchall()
+        return [(str(k), int(c)) for k, c in rows]
 
     def close(self) -> None:
         with self._lock:

@@ -8,7 +8,8 @@ from typing import Literal, Protocol
 
 SkipReason = Literal["queue_full", "sampled_out", "over_budget", "disabled", "shutdown",
                      "worker_error", "restart", "one_turn"]
-# restart: queued when the process before this one died (kill -9, OOM) without judging it;
+# restart: queued (a session: being judged) when the process before this one died (kill -9,
+# OOM) without judging it;
 # one_turn: a session of one turn, whose run the trace judge already judges
 SKIP_REASONS: tuple[SkipReason, ...] = ("queue_full", "sampled_out", "over_budget", "disabled",
                                         "shutdown", "worker_error", "restart", "one_turn")

@@ -21,8 +21,9 @@ over once it began: each skipped ``shutdown`` (stored onto its completion, count
 session keeps its verdict by code).
 
 Each queued evaluation is kept in a journal (``journal.PendingJournal``) until its judgement or
-skip is stored, and a judgement's until its events are delivered (or dropped for good): the work
-a killed process held is marked skipped ``restart`` at the next start, and counted, and the
+skip is stored, and a judgement's until its events are delivered (or dropped for good), as is
+each session judgement under way until it is written: the work a killed process held is
+marked skipped ``restart`` at the next start, and counted, and the
 events of a judgement stored but not delivered are sent again from the store (at least once).
 Each judgement is cut to fit the stored result (``fit``: the trajectory's ``max_value_bytes``
 per text, ``max_result_bytes`` for the whole row) before it is written.
@@ -46,6 +47,7 @@ the writer; ``shutdown(deadline_s)`` drains the queue, then the writes, then clo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 import time
@@ -82,6 +84,12 @@ from otel_eval.store.sessions import session_key
 from otel_eval.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+
+def _completion(record: dict[str, Any]) -> tuple[str, int]:
+    """The store key of a session record's row and the completion it is (from 1)."""
+    return (session_key(record.get("service"), str(record.get("session_id"))),
+            int(record.get("completion") or 0) + 1)
 
 
 class JudgeStage:
@@ -171,9 +179,41 @@ class JudgeStage:
                                run_span_id or stored_run_span_id(row))
                 else:
                     self._journal.remove(trace_id, revision)
+            self._mark_lost_sessions()
         except Exception as e:  # the store's failure: said; the entries left wait for a start
             log.error("marking the judge work of a stopped process failed: %s",
                       type(e).__name__, exc_info=e)
+            return False
+        return True
+
+    def _mark_lost_sessions(self) -> None:  # on the writer thread
+        """A session judgement a dead process had under way: stored skipped ``restart`` onto
+        the completion it was judging, unless that one has a judge already (written, the
+        entry not yet cleared) or is no longer the session's last (re-opened since)."""
+        assert self._journal is not None
+        for key, completions in self._journal.pending_sessions():
+            row = self.store.session_record(key)
+            if (row is not None and row.completions == completions
+                    and row.record is not None and "judge" not in row.record
+                    and self.store.put_session_judge(key, completions,
+                                                     skipped_judge("restart"))):
+                log.warning("the judgement of session %s was under way in a process that "
+                            "stopped before it ended: stored as skipped restart", key)
+                self.metrics.judge.skip("restart")
+            self._journal.remove_session(key, completions)
+
+    def _journal_session(self, key: str, completions: int,
+                         add: bool) -> bool:  # on the writer thread
+        journal = self._journal
+        if journal is None:
+            return False
+        try:
+            if add:
+                journal.add_session(key, completions)
+            else:
+                journal.remove_session(key, completions)
+        except sqlite3.Error as e:  # judging goes on; only a crash's mark is at stake
+            log.error("journaling the judgement of session %s failed: %s", key, e)
             return False
         return True
 
@@ -320,6 +360,10 @@ class JudgeStage:
             self._write_session(record, skipped_judge(reason))
             return
         task = asyncio.get_running_loop().create_task(self._judge_session(record, turns))
+        # journaled before its write (the writer runs in order): a kill before that write
+        # leaves the entry, and the next start marks the completion skipped ``restart``
+        key, completions = _completion(record)
+        self._writer.call(lambda: self._journal_session(key, completions, True))
         self._sessions.add(task)
         task.add_done_callback(lambda t: self._session_ended(t, nbytes))
 
@@ -349,14 +393,16 @@ class JudgeStage:
                        judge: dict[str, Any]) -> None:  # on the loop
         assert self._writer is not None
         session_id = str(record.get("session_id"))
-        key = session_key(record.get("service"), session_id)  # the row its record is in
-        completions = int(record.get("completion") or 0) + 1  # the row counts from 1
+        key, completions = _completion(record)
         try:
             write = self._writer.put_session(key, completions, judge)
         except RuntimeError:  # the writer has stopped: the shutdown deadline passed
             log.warning("judge result of session %r not stored: the stage has stopped",
                         session_id)
             return
+        # written (or refused for good): out of the journal, after the write in order
+        with contextlib.suppress(RuntimeError):  # stopped since: the next start checks it
+            self._writer.call(lambda: self._journal_session(key, completions, False))
         self._writes.add(write)
         write.add_done_callback(lambda f: self.loop.call(self._session_written, f, session_id))
 
