@@ -6,7 +6,8 @@ did not parse, the budget was spent): it reports no grade. Its entry may still h
 critiques (those of a step chunk graded before another chunk of the run failed); they stand
 for no score, so no reader takes them as grades: not the judge's own overall
 (``scoring``), not the evaluation events (``outputs.events``: the failure instead), not the
-issues job (``outputs.issues.critiques``).
+issues job (``outputs.issues.critiques``), not the web view nor ``show``
+(``outputs.ui.run.critiques``).
 """
 
 from __future__ import annotations

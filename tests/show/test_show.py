@@ -330,3 +330,24 @@ def test_show_a_chat_log_holding_a_lone_surrogate(tmp_path: Path,
     code, out, err = _show(capsys, str(path), "--trace", first)
     assert code == 0, err
     assert "booked \ufffd [EMAIL]" in out and "alice@" not in out
+
+
+def test_critiques_of_a_judge_that_failed_are_not_shown_as_grades() -> None:
+    """A long run's step grades come in chunks: chunk 1 graded, chunk 2 timed out (the
+    provider down), the step judge's status is ``timeout`` and it has no score, yet its
+    entry keeps chunk 1's critiques. They stand for no grade (``base.judgement``), but
+    ``show`` and the web view put them on their steps with their scores ("judge step 0.10"),
+    a grade the judgement says it never gave."""
+    body = _hostile_body()
+    body["judge"] = {
+        "judges": {"step": {"status": "timeout", "error": "no whole reply", "scores": {},
+                            "critiques": [{"dimension": "step", "score": 0.1,
+                                           "text": "chunk one grade", "step_index": 2}]},
+                   "trace": {"status": "ok", "scores": {"trace": 0.5},
+                             "critiques": [{"dimension": "trace", "score": 0.5,
+                                            "text": "slow but correct", "step_index": None}]}},
+        "overall": {"status": "partial"}}
+    shown = tree(body)
+    assert [c["text"] for s in shown["steps"] for c in s["critiques"]] == []
+    assert [c["text"] for c in shown["critiques"]] == ["slow but correct"]
+    assert "chunk one grade" not in render_text(shown)

@@ -13,11 +13,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from otel_eval.base.judgement import graded
+
 
 def critiques(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The critiques of every judge whose grades stand (``base.judgement.graded``): a failed
+    judge's entry may keep those of a chunk graded before another failed, which stand for no
+    score (its failure is the run's ``judge`` status)."""
     judge = body.get("judge") or {}
     for name, entry in sorted((judge.get("judges") or {}).items()):
-        for c in (entry or {}).get("critiques") or []:
+        if not isinstance(entry, dict) or not graded(entry):
+            continue
+        for c in entry.get("critiques") or []:
             if isinstance(c, dict):
                 yield {"judge": name, **c}
 
