@@ -21,7 +21,7 @@ from typing import Any
 @dataclass
 class Reply:
     status: int = 200
-    body: Any = None  # dict -> JSON; str -> raw
+    body: Any = None  # dict -> JSON; str -> raw; bytes -> as they are (an encoded body)
     headers: dict[str, str] = field(default_factory=dict)
     hang: bool = False
     trickle: bool = False
@@ -85,8 +85,9 @@ class FakeLLM:
                 if reply.trickle:
                     self._trickle()
                     return
-                raw = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
-                data = raw.encode()
+                raw = (reply.body if isinstance(reply.body, str | bytes)
+                       else json.dumps(reply.body))
+                data = raw if isinstance(raw, bytes) else raw.encode()
                 self.send_response(reply.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

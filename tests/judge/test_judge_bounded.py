@@ -417,3 +417,31 @@ def test_a_long_runs_step_grades_are_asked_in_replies_that_fit_the_output_limit(
     if limit == 0:
         assert judge.config.output_tokens == 16_384
         assert sum("step" in r.parts for r in requests) == 1
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_compressed_reply_is_bounded_by_what_it_inflates_to(llm: FakeLLM,
+                                                              encoding: str) -> None:
+    """The bound counted the body's bytes as they came over the wire: a reply sent
+    ``Content-Encoding: gzip`` (or deflate) was inflated by httpx after it, whole, so a few
+    hundred kB from a broken or hostile provider became hundreds of MB held in memory
+    (zeros compress 1000:1). It is now counted as it inflates and cut at the bound."""
+    import zlib
+
+    reply = completion("x" * (40 * 1024 * 1024))
+    body = json.dumps(reply.body).encode()
+    packed = zlib.compress(body, 9) if encoding == "deflate" else _gzip(body)
+    assert len(packed) < 200 * 1024  # under the bound on the wire
+    llm.script(Reply(200, packed, {"Content-Encoding": encoding}), good(GOOD))
+    r = call(llm, max_reply_bytes=1000)
+    assert (r.status, r.attempts, len(llm.requests)) == ("parse_error", 1, 1)
+    assert "over max_reply_bytes 1000 (not read further)" in r.error
+    llm.script(Reply(200, _gzip(json.dumps(good(GOOD).body).encode()),
+                     {"Content-Encoding": "gzip"}))
+    assert call(llm).data == GOOD  # a compressed reply within it is read as before
+
+
+def _gzip(data: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(data, 9)

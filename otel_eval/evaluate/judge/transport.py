@@ -5,7 +5,9 @@ stops reading a reply at its bound.
         bounded_client(...)) -> openai SDK -> httpx -> _BoundedTransport: the body's bytes
         counted as they arrive; past the bound, ReplyTooLarge (litellm wraps it) and the
         connection is dropped, the call's ``Reading.cut`` set; once the request's body is
-        written, ``Reading.sent`` (a call cancelled after it is billed)
+        written, ``Reading.sent`` (a call cancelled after it is billed); a gzip or deflate
+        body is inflated here and its inflated bytes counted (httpx inflated it after the
+        count, whole: a 40 MB reply came in 40 kB), another encoding refused
 
 litellm reads a whole reply before the judge sees its text: a 200 MB body from the server
 cost ~0.6 GB while it was read, whatever ``max_reply_bytes`` said, and litellm has no
@@ -30,6 +32,7 @@ import logging
 import os
 import ssl
 import weakref
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -73,18 +76,47 @@ class ReplyTooLarge(httpx.ReadError):
     """The body went over the call's bound; what was read is dropped with the connection."""
 
 
+class _Inflated:
+    """A ``Content-Encoding: gzip`` or ``deflate`` body inflated here, in pieces of at most
+    ``step`` bytes (zeros inflate 1000:1: one chunk of the wire could be 64 MB whole), so the
+    bound counts what the body is, not what came over the wire."""
+
+    def __init__(self, encoding: str) -> None:
+        self._raw = encoding == "deflate"  # zlib-wrapped, else raw (as httpx reads it)
+        self._inflate = zlib.decompressobj(
+            zlib.MAX_WBITS | 16 if encoding == "gzip" else zlib.MAX_WBITS)
+        self._started = False
+
+    def pieces(self, data: bytes, step: int) -> Iterator[bytes]:
+        while data:
+            try:
+                out = self._inflate.decompress(data, step)
+            except zlib.error as e:
+                if not (self._raw and not self._started):
+                    raise httpx.DecodingError(f"the reply does not inflate: {e}") from e
+                self._inflate, self._raw = zlib.decompressobj(-zlib.MAX_WBITS), False
+                continue
+            self._started = True
+            data = self._inflate.unconsumed_tail
+            if out:
+                yield out
+
+
 class _Counted(httpx.AsyncByteStream):
-    def __init__(self, inner: httpx.AsyncByteStream, state: Reading) -> None:
-        self._inner, self._state = inner, state
+    def __init__(self, inner: httpx.AsyncByteStream, state: Reading,
+                 inflated: _Inflated | None = None) -> None:
+        self._inner, self._state, self._inflated = inner, state, inflated
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         read = 0
         async for chunk in self._inner:
-            read += len(chunk)
-            if read > self._state.limit:
-                self._state.cut = True
-                raise ReplyTooLarge(f"the reply is over {self._state.limit} bytes")
-            yield chunk
+            for piece in (self._inflated.pieces(chunk, self._state.limit + 1)
+                          if self._inflated is not None else (chunk,)):
+                read += len(piece)
+                if read > self._state.limit:
+                    self._state.cut = True
+                    raise ReplyTooLarge(f"the reply is over {self._state.limit} bytes")
+                yield piece
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -97,14 +129,25 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         state = _READING.get()
         if state is not None:  # told when the request's body was written (httpcore's trace)
+            request.headers["Accept-Encoding"] = "gzip, deflate"  # those inflated here
             request.extensions = {**request.extensions, "trace": _marking(
                 state, request.extensions.get("trace"))}
         response = await self._inner.handle_async_request(request)
         if state is None:  # not inside ``reading``: as read by httpx
             return response
         assert isinstance(response.stream, httpx.AsyncByteStream)
-        return httpx.Response(response.status_code, headers=response.headers,
-                              stream=_Counted(response.stream, state),
+        headers, inflated = response.headers, None
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if encoding in ("gzip", "deflate"):  # inflated and counted here, not after by httpx
+            headers = httpx.Headers([(k, v) for k, v in headers.multi_items() if k.lower()
+                                     not in ("content-encoding", "content-length")])
+            inflated = _Inflated(encoding)
+        elif encoding != "identity":  # none other is asked for (Accept-Encoding, httpx's)
+            state.cut = True
+            await response.aclose()
+            raise ReplyTooLarge(f"the reply is encoded {encoding[:40]!r}, not inflated here")
+        return httpx.Response(response.status_code, headers=headers,
+                              stream=_Counted(response.stream, state, inflated),
                               extensions=response.extensions, request=request)
 
     async def aclose(self) -> None:
