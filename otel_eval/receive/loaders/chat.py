@@ -10,8 +10,8 @@ per span from a fixed base), so loading a file twice, or replaying it over OTLP 
 it back, gives identical traces, and a runs file of the same name in another directory (another
 run of the benchmark) other ones.
 
-A call's input is the whole history before it while a run's inputs hold less than
-``MAX_INPUT_CHARS`` in all; past that, the messages added since the previous call: the
+A call's input is the whole history before it until a run's inputs hold ``MAX_INPUT_CHARS``
+in all; past that, the messages added since the previous call: the
 history sent again at every call is quadratic in the run's length (a 3 MB runs file of one
 run of 12,000 messages made 18 GB of inputs), so a chat log costs time and memory linear in
 its size.
@@ -169,21 +169,11 @@ class Inputs:
     """The inputs of one run's chat calls (a conversation's, over its turns' traces): the
     history sent, until they hold ``MAX_INPUT_CHARS``; then what each call added to it."""
 
+    __slots__ = ("chars", "seen")
+
     def __init__(self) -> None:
         self.chars = 0  # the text of the inputs so far
-        self._seen = 0  # messages of the history at the previous call
-        self._history_chars = 0  # their text
-
-    def sent(self, history: list[str]) -> str:
-        """A call's ``gen_ai.input.messages``; ``history``: the same list at every call,
-        appended to between them."""
-        added = history[self._seen:]
-        self._history_chars += sum(map(len, added))
-        whole = self._history_chars + len(history) + 1  # and its commas and brackets
-        text = f"[{','.join(history if self.chars + whole <= MAX_INPUT_CHARS else added)}]"
-        self._seen = len(history)
-        self.chars += len(text)
-        return text
+        self.seen = 0  # messages of the history at the previous call, once past the bound
 
 
 class ChatTrace:
@@ -225,8 +215,17 @@ class ChatTrace:
         """``history`` and ``output`` are already-serialized GenAI messages (``output``
         without its finish reason)."""
         model = attrs.get("gen_ai.request.model")
+        inputs = self.inputs  # inline: a call's cost is counted per span (tests/cost)
+        if inputs.chars < MAX_INPUT_CHARS:
+            sent = f"[{','.join(history)}]"
+            inputs.chars += len(sent)
+            if inputs.chars >= MAX_INPUT_CHARS:
+                inputs.seen = len(history)
+        else:
+            sent = f"[{','.join(history[inputs.seen:])}]"
+            inputs.seen = len(history)
         attributes = {"gen_ai.operation.name": "chat",
-                      "gen_ai.input.messages": self.inputs.sent(history),
+                      "gen_ai.input.messages": sent,
                       "gen_ai.output.messages": f"[{with_finish_reason(output, reason)}]",
                       "gen_ai.response.finish_reasons": [reason]}
         if attrs:
