@@ -22,11 +22,12 @@ instead, as in SQLite (``base.stored_args``; the body is JSON with ``\\u0000`` e
 unchanged). One connection per store, guarded by a lock (the engine thread writes, admin
 threads read); a broken connection, or one a write was refused on
 as read-only (a session opened in a failover's read-only window stays so), is reopened on
-the next call, and the engine's calls (``put_many`` and its reads) are tried once
-more at once on a new connection (a session the server ended) before raising: then the engine
-keeps the batch and retries it with back-off while the receivers throttle
-(``otel_eval.assemble.store_health``), instead of holding its thread here. psycopg is
-imported here only, so a SQLite deployment never loads it.
+the next call, and the engine's calls (``put_many`` and its reads: ``stamp`` and
+``recall_agent`` too) are tried once more at once on a new connection (a session the
+server ended) before raising: then the engine keeps the batch and retries it with
+back-off while the receivers throttle (``otel_eval.assemble.store_health``), instead of
+holding its thread here. psycopg is imported here only, so a SQLite deployment never loads
+it.
 """
 
 from __future__ import annotations
@@ -422,13 +423,17 @@ class PostgresStore(KeptSessions):
         oldest = self._clock_ns() - AGENT_HISTORY_MAX_AGE_S * 10**9
         rows = self._rows("SELECT fingerprint, agent FROM agent_history WHERE service = %s "
                           "AND seen_ns >= %s AND fingerprint = ANY(%s)",
-                          (service[:AGENT_HISTORY_NAME_CHARS], oldest, fps))
+                          (service[:AGENT_HISTORY_NAME_CHARS], oldest, fps), again=True)
         return pick_agent(((str(r[0]), str(r[1])) for r in rows), fps)
 
     # -- readers --------------------------------------------------------------------------
 
-    def _rows(self, sql: str, args: Iterable[Any]) -> list[tuple[Any, ...]]:
-        return self._run(lambda conn: conn.execute(sql, _args(args)).fetchall())
+    def _rows(self, sql: str, args: Iterable[Any], *,
+              again: bool = False) -> list[tuple[Any, ...]]:
+        """``again``: one of the engine's reads, tried again on a new connection
+        (``_retrying``); the others raise once and the next call reconnects."""
+        run = self._retrying if again else self._run
+        return run(lambda conn: conn.execute(sql, _args(args)).fetchall())
 
     def get(self, trace_id: str) -> dict[str, Any] | None:
         rows = self._rows("SELECT body FROM evaluations WHERE trace_id = %s", (trace_id,))
@@ -441,7 +446,7 @@ class PostgresStore(KeptSessions):
 
     def stamp(self, trace_id: str) -> tuple[int, int] | None:
         rows = self._rows("SELECT revision, evaluated_at_ns FROM evaluations "
-                          "WHERE trace_id = %s", (trace_id,))
+                          "WHERE trace_id = %s", (trace_id,), again=True)  # the engine's too
         return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
     def latest(self, limit: int) -> list[dict[str, Any]]:

@@ -1134,6 +1134,36 @@ def test_a_completion_whose_answer_was_lost_is_stored_and_said_so(
         store.close()
 
 
+def _end_sessions(url: str) -> None:
+    """The server ends every otel-eval session (a restart, a failover, an idle kill)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+                      "WHERE application_name = 'otel-eval'")
+
+
+def test_the_engines_stamp_and_agent_recall_are_tried_again_on_a_new_connection(
+        postgresql_url: str) -> None:
+    """PostgreSQL only: the engine's reads are tried again at once on a new connection
+    after the server ended the session, as ``put_many`` and its other reads are. Before,
+    ``recall_agent`` raised on the dead connection and the run was stored with its agent
+    unknown (never inferred again), and ``stamp`` (a dead worker's own commits) refused
+    the whole batch."""
+    from otel_eval.store.postgresql import PostgresStore
+
+    store = PostgresStore(postgresql_url).open()
+    try:
+        store.put_many([_ev(1)])
+        store.remember_agents([("shop", "planner", ("steps:s", "service"))])
+        _end_sessions(postgresql_url)
+        assert store.recall_agent("shop", ["steps:s", "service"]) == "planner"
+        _end_sessions(postgresql_url)
+        assert store.stamp(f"{1:032x}") == (0, T0 + 10**9)
+    finally:
+        store.close()
+
+
 def _read_only(url: str, on: bool) -> None:
     """The database of ``url`` read-only (``default_transaction_read_only``, which a session
     takes when it starts) or writable again: a failover's read-only window."""
