@@ -379,10 +379,30 @@ class PostgresStore(KeptSessions):
                           lambda: self._run(orphans), batch, stop)
 
     def _session_exec(self, statement: str, args: Sequence[Any]) -> tuple[list[Any], int]:
-        def run(conn: psycopg.Connection[Any]) -> tuple[list[Any], int]:
-            cur = conn.execute(statement, _args(args))
-            return (cur.fetchall() if cur.description else []), cur.rowcount
-        return self._run(run)
+        return self._run(lambda conn: _execute(conn, statement, args))
+
+    def _again(self, name: str, *args: Any) -> tuple[list[Any], int]:
+        statement = self._session_sql[name]
+        return self._retrying(lambda conn: _execute(conn, statement, args))
+
+    def lease_session_events(self, session_id: str, completions: int, due_ns: int,
+                             until_ns: int) -> bool:
+        """``KeptSessions.lease_session_events``; after a lost connection tried once more on
+        a new one, and a lease whose answer was lost with it (the server committed it) is
+        found held until this very ``until_ns`` and said so (True). Before, it raised: the
+        event, leased by nobody, waited another lease to go out."""
+        try:
+            return super().lease_session_events(session_id, completions, due_ns, until_ns)
+        except psycopg.OperationalError as e:
+            if _timed_out(e):
+                raise
+            try:  # on a new connection: not committed, taken now; or committed, ours
+                if super().lease_session_events(session_id, completions, due_ns, until_ns):
+                    return True
+                held = self._one("events_held", session_id, completions)[0]
+            except psycopg.OperationalError:
+                raise e from None
+            return bool(held) and held[0][0] == until_ns
 
     def complete_session(self, session_id: str, claim: str, record: dict[str, Any],
                          now_ns: int, events_due_ns: int | None = None) -> bool:
@@ -521,6 +541,12 @@ def _upsert(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> list[
         if writes.left:
             cur.executemany(_SESSIONS["gone"], writes.left)
     return [b is not False and not a for b, a in zip(before, again, strict=True)]
+
+
+def _execute(conn: psycopg.Connection[Any], statement: str,
+             args: Sequence[Any]) -> tuple[list[Any], int]:
+    cur = conn.execute(statement, _args(args))
+    return (cur.fetchall() if cur.description else []), cur.rowcount
 
 
 def _remember(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]], services: list[str],

@@ -276,6 +276,9 @@ def sql(m: str, char: str, instr: str) -> dict[str, str]:
                         f"completions = {m} AND events_due_ns = {m}",
         "events_sent": f"UPDATE sessions SET events_due_ns = NULL WHERE session_id = {m} AND "
                        f"completions = {m}",
+        # whose lease the owed event is under (a lease whose answer was lost: ``postgresql``)
+        "events_held": f"SELECT events_due_ns FROM sessions WHERE session_id = {m} AND "
+                       f"completions = {m}",
         "record": f"SELECT state, body, completions, turns, last_turn_ns FROM sessions "
                   f"WHERE session_id = {m}",
         # the session judge's write: onto the completion it judged, the body it read
@@ -311,6 +314,11 @@ class KeptSessions:
 
     def _one(self, name: str, *args: Any) -> tuple[list[Any], int]:
         return self._session_exec(self._session_sql[name], args)
+
+    def _again(self, name: str, *args: Any) -> tuple[list[Any], int]:
+        """``_one`` for an idempotent statement: a store whose session can be lost
+        (PostgreSQL) tries it once more on a new connection."""
+        return self._one(name, *args)
 
     def sessions_due(self, idle_before_ns: int, claim_before_ns: int,
                      limit: int) -> list[tuple[str, int]]:
@@ -391,7 +399,7 @@ class KeptSessions:
         """The events of these (session id, completions) were delivered or dropped for good:
         no longer owed (a later completion's mark stays)."""
         for session_id, completions in entries:
-            self._one("events_sent", session_id, completions)
+            self._again("events_sent", session_id, completions)
 
     def put_session_judge(self, session_id: str, completions: int,
                           judge: dict[str, Any]) -> bool:

@@ -1164,6 +1164,49 @@ def test_the_engines_stamp_and_agent_recall_are_tried_again_on_a_new_connection(
         store.close()
 
 
+def test_session_events_are_leased_and_cleared_across_a_lost_connection(
+        postgresql_url: str) -> None:
+    """PostgreSQL only: the server ended the session before a call (a restart, a failover,
+    an idle kill), or the server committed a lease and the connection was lost before its
+    answer came back. ``session_events_sent`` (idempotent) is tried again on a new
+    connection, and a lease whose answer was lost is found held with this very lease: both
+    say so. Before, both raised: the delivered event was still owed and sent again after
+    the lease (twice), and the leased one, held by nobody, waited another lease (late)."""
+    import psycopg
+
+    from otel_eval.store import postgresql
+
+    store = postgresql.PostgresStore(postgresql_url).open()
+    try:
+        for n, name in enumerate(("sent", "leased", "dropped"), 1):
+            store.put_many([_turn(n, name, T0 + n)])
+            assert store.claim_session(_key(name), T0 + n, "job:1", T0 + 10, 0)
+            assert store.complete_session(_key(name), "job:1", {"n": n}, T0 + 11, T0 + 100)
+        _end_sessions(postgresql_url)
+        store.session_events_sent([(_key("sent"), 1)])  # delivered: no longer owed
+        assert [r[0] for r in store.session_events_due(T0 + 101, 10)] == [
+            _key("leased"), _key("dropped")]
+        _end_sessions(postgresql_url)
+        assert store.lease_session_events(_key("dropped"), 1, T0 + 100, T0 + 500)
+        real, lease = store._session_exec, store._session_sql["events_lease"]
+
+        def lossy(statement: str, args: Any) -> tuple[list[Any], int]:
+            done = real(statement, args)  # committed on the server
+            if statement == lease:  # ... and the answer lost with the connection
+                store._session_exec = real  # type: ignore[method-assign]
+                assert store._conn is not None
+                store._conn.close()
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+            return done
+
+        store._session_exec = lossy  # type: ignore[method-assign]
+        assert store.lease_session_events(_key("leased"), 1, T0 + 100, T0 + 500)
+        assert store.session_events_due(T0 + 499, 10) == []  # both held until T0 + 500
+        assert not store.lease_session_events(_key("leased"), 1, T0 + 100, T0 + 600)
+    finally:
+        store.close()
+
+
 def _read_only(url: str, on: bool) -> None:
     """The database of ``url`` read-only (``default_transaction_read_only``, which a session
     takes when it starts) or writable again: a failover's read-only window."""
