@@ -21,7 +21,8 @@ finished: its jobs go back into the queue ahead of what was released after them 
 with worker processes several batches are refused in turn), still pending and spooled, the
 refusal is counted (``otel_eval_store_write_failures_total{reason}``) and ``StoreHealth``
 says when ``process`` may hand out work again (capped exponential back-off); meanwhile the
-receivers throttle (``store_unavailable``). The first batch stored ends the back-off. A
+receivers throttle (``store_unavailable``). The first batch stored ends the back-off (one
+that wrote nothing does not, unless it held a refused job: ``_took_writes``). A
 kept trace that a later revision re-opening it was stored after (worker processes store
 the batch after a refused one) is done as ``already_evaluated``, never stored over it.
 
@@ -172,8 +173,10 @@ class Finishing:
                 stale = self._stale(batch)
             if not batch:
                 break
-            if stale:
+            if stale:  # done without the store: no sign it takes writes (refused)
                 batch = [j for j in batch if j not in stale]
+                for job in stale:
+                    job.refused = False
                 self.finish(stale, [Outcome(None, False, skipped=ALREADY_EVALUATED)
                                     for _ in stale])
             # spans only to pass on (``Trace.passed``), none to evaluate: no run, and no
@@ -219,7 +222,7 @@ class Finishing:
             self._keep(refused)
             jobs = [j for j, o in zip(jobs, outcomes, strict=True) if not o.unstored]
             outcomes = [o for o in outcomes if not o.unstored]
-        elif jobs and self.health.recovered():
+        elif _took_writes(jobs, outcomes) and self.health.recovered():
             log.warning("store %s takes writes again", self.health.location)
         if not jobs:
             return
@@ -348,7 +351,7 @@ class Finishing:
         a batch refused later may hold a later revision of a trace than one kept before."""
         kept = sorted((job for job, _ in refused), key=_seq)
         for job in kept:
-            job.attempts, job.first_sent_ns = 0, 0
+            job.attempts, job.first_sent_ns, job.refused = 0, 0, True
         with self._lock:
             self._queue = deque(heapq.merge(kept, self._queue, key=_seq))
             for job in kept:
@@ -363,6 +366,16 @@ class Finishing:
 
 def _seq(job: Job) -> int:
     return job.seq
+
+
+def _took_writes(jobs: list[Job], outcomes: list[Outcome]) -> bool:
+    """Whether a batch the store did not refuse says it takes writes again: an evaluation
+    stored, or a refused job's batch done (what the back-off waited for). A batch that wrote
+    nothing (no run, already evaluated, late, only spans to pass on; a full disk still
+    answers reads) says nothing: it ended a refusal, so /readyz answered 200 and the
+    back-off began again at its first interval, while the disk stayed full."""
+    return (any(o.evaluation is not None for o in outcomes)
+            or any(j.refused for j in jobs))
 
 
 def _bare(trace: Trace) -> str:

@@ -63,6 +63,7 @@ class Job:
     first_sent_ns: int = 0  # wall clock when first handed to one, ns (0: not yet)
     # its place in the release order (the engine's queue is kept in it, refused jobs too)
     seq: int = 0
+    refused: bool = False  # the store refused a batch it was in (kept, handed again)
 
 
 Done = Callable[[list[Job], list[Outcome]], None]

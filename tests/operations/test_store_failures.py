@@ -35,15 +35,18 @@ EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 ARGUMENTS = json.dumps({"query": "q" * 12_000})
 
 
+def _spans(trace: str) -> list[Span]:
+    return [Span(trace, "01" * 8, None, "invoke_agent planner", 1, 9,
+                 attributes={"gen_ai.operation.name": "invoke_agent",
+                             "gen_ai.agent.name": "planner"}),
+            Span(trace, "02" * 8, "01" * 8, "execute_tool search", 2, 8,
+                 attributes={"gen_ai.operation.name": "execute_tool",
+                             "gen_ai.tool.name": "search",
+                             "gen_ai.tool.call.arguments": ARGUMENTS})]
+
+
 def _request(trace: str) -> bytes:
-    root = Span(trace, "01" * 8, None, "invoke_agent planner", 1, 9,
-                attributes={"gen_ai.operation.name": "invoke_agent",
-                            "gen_ai.agent.name": "planner"})
-    tool = Span(trace, "02" * 8, "01" * 8, "execute_tool search", 2, 8,
-                attributes={"gen_ai.operation.name": "execute_tool",
-                            "gen_ai.tool.name": "search",
-                            "gen_ai.tool.call.arguments": ARGUMENTS})
-    return encode.encode_spans([root, tool]).SerializeToString()
+    return encode.encode_spans(_spans(trace)).SerializeToString()
 
 
 def _grpc_export(h: Harness, body: bytes) -> grpc.RpcError | None:
@@ -247,3 +250,72 @@ def test_readiness_is_false_while_the_spool_refuses_every_export(tmp_path: Path)
         h.clock.now += 2.0
         assert _grpc_export(h, request) is None  # taken: ready at once
         assert _http(f"{h.admin_url}/readyz")[0] == 200
+
+
+class _Later:
+    """An evaluation stage that finishes its batches when told, in any order, as worker
+    processes do (``run`` returns at once; each batch is done from the pool's thread)."""
+
+    def __init__(self, stage: Any) -> None:
+        self.stage = stage
+        self.batches: list[tuple[list[Any], Any]] = []
+
+    def run(self, jobs: list[Any], done: Any) -> None:
+        self.batches.append((jobs, done))
+
+    def finish(self, i: int) -> None:
+        self.stage.run(*self.batches[i])
+
+    def drain(self, deadline_s: float) -> bool:
+        return True
+
+    healthy = True
+
+
+def test_a_batch_that_writes_nothing_does_not_end_a_full_stores_back_off(tmp_path: Path) -> None:
+    """The store refused a batch (a full disk); a batch handed out beside it (worker
+    processes hold several) that writes nothing (no agent run in it) is finished after it.
+    The store took no write: it is still refusing, /readyz still 503 and the back-off still
+    growing towards the give-up. Before, that batch ended the refusal: /readyz answered 200
+    and the receivers took data again until the next run was refused, the back-off began
+    again at its first interval and the give-up bound never came, while the disk stayed
+    full. The refused batch, stored once there is room, ends it."""
+    from prometheus_client import CollectorRegistry
+
+    from otel_eval.app.config import Config, replace
+    from otel_eval.assemble.engine import Engine
+    from otel_eval.evaluate.evaluator import Evaluator
+    from otel_eval.evaluate.stage import InProcess
+    from otel_eval.store.sqlite import SQLITE_MAX_PAGES
+    from otel_eval.telemetry.metrics import Metrics
+
+    now = [0.0]
+    cfg = replace(Config(), **{"assembly.grace_s": 1.0})
+    store = SqliteStore(str(tmp_path / "store.db")).open()
+    health = StoreHealth(store.location, clock=lambda: now[0])
+    stage = _Later(InProcess(Evaluator(cfg), store))
+    engine = Engine(stage, health, Metrics(CollectorRegistry()), assembly=cfg.assembly,
+                    clock=lambda: now[0], batch_size=1)
+    try:
+        store.limit_pages(store.page_count())  # the disk is full from here on
+        run, setup = "a1" * 16, "c3" * 16
+        engine.submit([*_spans(run),
+                       Span(setup, "03" * 8, None, "create_agent planner", 1, 2,
+                            attributes={"gen_ai.operation.name": "create_agent",
+                                        "gen_ai.agent.name": "planner"})])
+        now[0] += 1000
+        engine.tick()
+        assert engine.process() == 2 and len(stage.batches) == 2  # both handed out
+        first = 0 if stage.batches[0][0][0].trace.trace_id == run else 1
+        stage.finish(first)  # refused: the disk is full
+        assert health.failing == "disk_full"
+        stage.finish(1 - first)  # no run in it: nothing written
+        assert health.failing == "disk_full"  # still refusing: /readyz 503
+        assert health.describe() is not None
+        store.limit_pages(SQLITE_MAX_PAGES)  # room again
+        now[0] += 60
+        assert engine.process() == 1  # the refused batch, handed again
+        stage.finish(2)
+        assert store.get(run) is not None and health.failing is None
+    finally:
+        store.close()
