@@ -385,24 +385,41 @@ class PostgresStore(KeptSessions):
         statement = self._session_sql[name]
         return self._retrying(lambda conn: _execute(conn, statement, args))
 
+    def claim_session(self, session_id: str, last_turn_ns: int, claim: str, now_ns: int,
+                      claim_before_ns: int) -> bool:
+        """``KeptSessions.claim_session``; after a lost connection tried once more on a new
+        one, and a claim whose answer was lost with it (the server committed it) is found
+        held by this very token and said so (True). Before, it raised: the session, claimed
+        by nobody, waited ``claim_timeout_s`` to be taken over and completed."""
+        return self._won(
+            lambda: super(PostgresStore, self).claim_session(
+                session_id, last_turn_ns, claim, now_ns, claim_before_ns),
+            lambda: self._one("claimed_by", session_id)[0] == [(claim,)])
+
     def lease_session_events(self, session_id: str, completions: int, due_ns: int,
                              until_ns: int) -> bool:
         """``KeptSessions.lease_session_events``; after a lost connection tried once more on
         a new one, and a lease whose answer was lost with it (the server committed it) is
         found held until this very ``until_ns`` and said so (True). Before, it raised: the
         event, leased by nobody, waited another lease to go out."""
+        return self._won(
+            lambda: super(PostgresStore, self).lease_session_events(
+                session_id, completions, due_ns, until_ns),
+            lambda: self._one("events_held", session_id, completions)[0] == [(until_ns,)])
+
+    def _won(self, take: Callable[[], bool], ours: Callable[[], bool]) -> bool:
+        """``take()``, one winner in the fleet (a conditional UPDATE); after a lost
+        connection, on a new one: not committed, ``take()`` wins now; committed, its answer
+        lost with the connection, the row is ``ours()``."""
         try:
-            return super().lease_session_events(session_id, completions, due_ns, until_ns)
+            return take()
         except psycopg.OperationalError as e:
             if _timed_out(e):
                 raise
-            try:  # on a new connection: not committed, taken now; or committed, ours
-                if super().lease_session_events(session_id, completions, due_ns, until_ns):
-                    return True
-                held = self._one("events_held", session_id, completions)[0]
+            try:
+                return take() or ours()
             except psycopg.OperationalError:
                 raise e from None
-            return bool(held) and held[0][0] == until_ns
 
     def complete_session(self, session_id: str, claim: str, record: dict[str, Any],
                          now_ns: int, events_due_ns: int | None = None) -> bool:

@@ -276,6 +276,8 @@ def sql(m: str, char: str, instr: str) -> dict[str, str]:
                         f"completions = {m} AND events_due_ns = {m}",
         "events_sent": f"UPDATE sessions SET events_due_ns = NULL WHERE session_id = {m} AND "
                        f"completions = {m}",
+        # whose claim the session is under (a claim whose answer was lost: ``postgresql``)
+        "claimed_by": f"SELECT claim FROM sessions WHERE session_id = {m}",
         # whose lease the owed event is under (a lease whose answer was lost: ``postgresql``)
         "events_held": f"SELECT events_due_ns FROM sessions WHERE session_id = {m} AND "
                        f"completions = {m}",

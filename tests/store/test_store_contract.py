@@ -1207,6 +1207,43 @@ def test_session_events_are_leased_and_cleared_across_a_lost_connection(
         store.close()
 
 
+def test_a_session_claim_whose_answer_was_lost_is_held_and_said_so(
+        postgresql_url: str) -> None:
+    """PostgreSQL only: the server ended the session before a claim, or committed a claim
+    and the connection was lost before its answer came back (a restart or failover). The
+    claim is tried again on a new connection, and one committed is found held by this very
+    token: both say so (True), and the job completes the session now. Before, both raised:
+    the session, claimed by nobody, was completed only once the claim had timed out
+    (``sessions.claim_timeout_s``, 5 minutes)."""
+    import psycopg
+
+    from otel_eval.store import postgresql
+
+    store = postgresql.PostgresStore(postgresql_url).open()
+    try:
+        store.put_many([_turn(1, "dropped", T0 + 1), _turn(2, "lost", T0 + 2)])
+        _end_sessions(postgresql_url)
+        assert store.claim_session(_key("dropped"), T0 + 1, "job:1", T0 + 10, 0)
+        real, claim = store._session_exec, store._session_sql["claim"]
+
+        def lossy(statement: str, args: Any) -> tuple[list[Any], int]:
+            done = real(statement, args)  # committed on the server
+            if statement == claim:  # ... and the answer lost with the connection
+                store._session_exec = real  # type: ignore[method-assign]
+                assert store._conn is not None
+                store._conn.close()
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+            return done
+
+        store._session_exec = lossy  # type: ignore[method-assign]
+        assert store.claim_session(_key("lost"), T0 + 2, "job:2", T0 + 10, 0)
+        assert not store.claim_session(_key("lost"), T0 + 2, "job:3", T0 + 10, 0)
+        assert store.complete_session(_key("lost"), "job:2", {"n": 2}, T0 + 11)
+        assert store.complete_session(_key("dropped"), "job:1", {"n": 1}, T0 + 11)
+    finally:
+        store.close()
+
+
 def _read_only(url: str, on: bool) -> None:
     """The database of ``url`` read-only (``default_transaction_read_only``, which a session
     takes when it starts) or writable again: a failover's read-only window."""
