@@ -437,7 +437,8 @@ def is_postgresql_url(target: str) -> bool:
 
 
 def redact_url(url: str) -> str:
-    """The URL without its password (userinfo or ``password=`` query parameter)."""
+    """The URL without its password (userinfo, or the ``password`` or ``sslpassword``
+    query parameter: libpq's passphrase of the client key)."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -446,6 +447,13 @@ def redact_url(url: str) -> str:
     if "@" in netloc:
         user, _, host = netloc.rpartition("@")
         netloc = f"{user.partition(':')[0]}:***@{host}" if ":" in user else netloc
-    query = "&".join("password=***" if p.lower().startswith("password=") else p
-                     for p in parts.query.split("&")) if parts.query else ""
+    query = "&".join(_redacted(p) for p in parts.query.split("&")) if parts.query else ""
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+_SECRET_PARAMETERS = ("password", "sslpassword")  # libpq's parameters holding a secret
+
+
+def _redacted(parameter: str) -> str:
+    name, eq, _ = parameter.partition("=")
+    return f"{name}=***" if eq and name.lower() in _SECRET_PARAMETERS else parameter

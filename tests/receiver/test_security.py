@@ -259,6 +259,21 @@ def test_every_secret_stays_out_of_the_printed_configuration() -> None:
     assert "token: ''" in reference(Config())  # unset is shown unset
 
 
+def test_the_client_keys_password_stays_out_of_the_printed_store_url() -> None:
+    # libpq's sslpassword (the passphrase of the client certificate's key, sslkey) may be in
+    # the URL as password may: the store's location (logs, /readyz, the printed
+    # configuration) showed it in clear
+    from otel_eval.app.configdoc import reference
+    from otel_eval.store.base import redact_url
+    url = ("postgresql://otel@db:5432/evals?sslmode=verify-full&sslkey=/k.pem"
+           "&sslpassword=key-s3cret&password=pg-s3cret")
+    shown = redact_url(url)
+    assert "key-s3cret" not in shown and "pg-s3cret" not in shown
+    assert shown == ("postgresql://otel@db:5432/evals?sslmode=verify-full&sslkey=/k.pem"
+                     "&sslpassword=***&password=***")
+    assert "key-s3cret" not in reference(_config(**{"store.url": url}))
+
+
 def test_tokens_and_certificates_come_from_the_environment(tmp_path: Path, pki: Pki) -> None:
     from otel_eval.app.config import load_config
     path = tmp_path / "c.yaml"
