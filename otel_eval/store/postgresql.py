@@ -22,12 +22,12 @@ instead, as in SQLite (``base.stored_args``; the body is JSON with ``\\u0000`` e
 unchanged). One connection per store, guarded by a lock (the engine thread writes, admin
 threads read); a broken connection, or one a write was refused on
 as read-only (a session opened in a failover's read-only window stays so), is reopened on
-the next call, and the engine's calls (``put_many`` and its reads: ``stamp`` and
-``recall_agent`` too) are tried once more at once on a new connection (a session the
-server ended) before raising: then the engine keeps the batch and retries it with
-back-off while the receivers throttle (``otel_eval.assemble.store_health``), instead of
-holding its thread here. psycopg is imported here only, so a SQLite deployment never loads
-it.
+the next call, and the engine's calls (``put_many`` and its reads: ``stamp``,
+``get_stamped`` and ``recall_agent`` too) are tried once more at once on a new
+connection (a session the server ended) before raising: then the engine keeps the batch
+and retries it with back-off while the receivers throttle
+(``otel_eval.assemble.store_health``), instead of holding its thread here. psycopg is
+imported here only, so a SQLite deployment never loads it.
 """
 
 from __future__ import annotations
@@ -478,7 +478,7 @@ class PostgresStore(KeptSessions):
 
     def get_stamped(self, trace_id: str) -> tuple[dict[str, Any], int] | None:
         rows = self._rows("SELECT body, evaluated_at_ns FROM evaluations WHERE trace_id = %s",
-                          (trace_id,))
+                          (trace_id,), again=True)  # the engine's: a replay's evaluation
         return (json.loads(rows[0][0]), int(rows[0][1])) if rows else None
 
     def stamp(self, trace_id: str) -> tuple[int, int] | None:

@@ -1164,6 +1164,25 @@ def test_the_engines_stamp_and_agent_recall_are_tried_again_on_a_new_connection(
         store.close()
 
 
+def test_the_stored_evaluation_a_replay_goes_on_with_is_read_on_a_new_connection(
+        postgresql_url: str) -> None:
+    """PostgreSQL only: a replay the store already holds goes to the delivering sinks with
+    the stored evaluation (``get_stamped``, read by the engine when the batch is finished:
+    with worker processes, on the serving process's own connection, idle while the workers
+    store). After the server ended that session, it is read again on a new connection.
+    Before, it raised: pass-through forwarded the run's spans without their stamps and its
+    evaluation events were not sent again."""
+    from otel_eval.store.postgresql import PostgresStore
+
+    store = PostgresStore(postgresql_url).open()
+    try:
+        store.put_many([_ev(1)])
+        _end_sessions(postgresql_url)
+        assert store.get_stamped(f"{1:032x}") == (_ev(1).to_json(), T0 + 10**9)
+    finally:
+        store.close()
+
+
 def test_session_events_are_leased_and_cleared_across_a_lost_connection(
         postgresql_url: str) -> None:
     """PostgreSQL only: the server ended the session before a call (a restart, a failover,
