@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Collection, Generator, Iterable, Sequence
@@ -41,6 +42,7 @@ from contextlib import closing
 from typing import Any, TypeVar, cast
 
 import psycopg
+import psycopg.conninfo
 import psycopg.errors
 import psycopg.sql
 
@@ -137,8 +139,7 @@ def connect(url: str, session: SessionLimits | None = None, *,
     statements and lock waits bounded by ``session`` (``statement_timeout``,
     ``lock_timeout``: a timeout is a refused write, ``store.failures``); ``read_only``: every
     transaction of the session read-only (``default_transaction_read_only``)."""
-    conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-                           application_name="otel-eval")
+    conn = psycopg.connect(url, autocommit=True, **_defaults(url))
     try:
         if read_only:
             conn.execute("SET default_transaction_read_only = on")
@@ -148,6 +149,19 @@ def connect(url: str, session: SessionLimits | None = None, *,
         conn.close()
         raise
     return conn
+
+
+# libpq parameters the store sets when neither the URL nor their PG* variable does (a
+# keyword argument of psycopg.connect replaces the URL's: the URL's connect_timeout, which
+# docs/store.md says applies, was ignored)
+_DEFAULTS = (("connect_timeout", "PGCONNECT_TIMEOUT", CONNECT_TIMEOUT_S),
+             ("application_name", "PGAPPNAME", "otel-eval"))
+
+
+def _defaults(url: str) -> dict[str, Any]:
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    return {name: value for name, variable, value in _DEFAULTS
+            if name not in given and not os.environ.get(variable)}
 
 
 def limit(conn: psycopg.Connection[Any], session: SessionLimits) -> None:

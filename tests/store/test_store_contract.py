@@ -1143,6 +1143,26 @@ def _end_sessions(url: str) -> None:
                       "WHERE application_name = 'otel-eval'")
 
 
+def test_the_urls_connect_timeout_and_application_name_apply(
+        postgresql_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL only: docs/store.md says the URL's libpq parameters apply, connect_timeout
+    named among them (and so do the PG* variables). Before, the store's own 10 s and
+    ``otel-eval`` replaced what the URL or PGCONNECT_TIMEOUT said; they are now the
+    defaults, when neither sets them."""
+    from otel_eval.store.postgresql import CONNECT_TIMEOUT_S, connect
+
+    def said(conn: Any) -> tuple[str, str]:
+        with conn:
+            return (conn.info.get_parameters().get("connect_timeout", ""),
+                    str(conn.execute("SHOW application_name").fetchone()[0]))
+
+    assert said(connect(postgresql_url)) == (str(CONNECT_TIMEOUT_S), "otel-eval")
+    assert said(connect(f"{postgresql_url}?connect_timeout=3&application_name=pod-7")) == (
+        "3", "pod-7")
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "4")
+    assert said(connect(postgresql_url))[0] == "4"
+
+
 def test_the_engines_stamp_and_agent_recall_are_tried_again_on_a_new_connection(
         postgresql_url: str) -> None:
     """PostgreSQL only: the engine's reads are tried again at once on a new connection
