@@ -423,38 +423,45 @@ class PostgresStore(KeptSessions):
 
     def _won(self, take: Callable[[], bool], ours: Callable[[], bool]) -> bool:
         """``take()``, one winner in the fleet (a conditional UPDATE); after a lost
-        connection, on a new one: not committed, ``take()`` wins now; committed, its answer
-        lost with the connection, the row is ``ours()``."""
+        connection, once more on a new one: not committed, ``take()`` wins now; committed,
+        its answer lost with the connection, the row is ``ours()``. Raises the first error
+        when neither answers."""
         try:
             return take()
         except psycopg.OperationalError as e:
             if _timed_out(e):
                 raise
+            failed = False
             try:
-                return take() or ours()
+                if take():
+                    return True
+            except psycopg.OperationalError:
+                failed = True  # its answer lost too: the row says
+            try:
+                if ours():
+                    return True
             except psycopg.OperationalError:
                 raise e from None
+            if failed:
+                raise e from None
+            return False
 
     def complete_session(self, session_id: str, claim: str, record: dict[str, Any],
                          now_ns: int, events_due_ns: int | None = None) -> bool:
-        """``KeptSessions.complete_session``; a completion whose answer was lost with the
-        connection (the server committed it: a restart or failover at the commit) is found
-        stored, complete with this very record, and said so (True): the job counts and
-        judges it. Before, it raised, and the session, complete and never due again, was in
-        no session metric. One not committed raises as before (the claim is taken over)."""
-        try:
-            return super().complete_session(session_id, claim, record, now_ns, events_due_ns)
-        except psycopg.OperationalError as e:
-            if _timed_out(e):
-                raise
-            try:
-                kept = self.session_record(session_id)  # on a new connection
-            except psycopg.OperationalError:
-                raise e from None
-            if kept is None or kept.state != "complete" or kept.record != json.loads(
-                    json.dumps(record)):
-                raise
-            return True
+        """``KeptSessions.complete_session``; after a lost connection tried once more on a
+        new one (not committed: stored now, or False as ever when a turn came meanwhile), and
+        a completion whose answer was lost with it (the server committed it: a restart or
+        failover at the commit) is found stored, complete with this very record, and said
+        so (True): the job counts and judges it. Before, a completion whose answer was lost
+        raised, and the session, complete and never due again, was in no session metric;
+        one not committed raised too, and the session waited for its claim to time out."""
+        record_stored = json.loads(json.dumps(record))
+
+        def ours() -> bool:
+            kept = self.session_record(session_id)
+            return kept is not None and kept.state == "complete" and kept.record == record_stored
+        return self._won(lambda: super(PostgresStore, self).complete_session(
+            session_id, claim, record, now_ns, events_due_ns), ours)
 
     def remember_agents(self, runs: Sequence[AgentRun]) -> dict[str, int]:
         """The fleet's agent history (bounds: ``otel_eval.store.base``), one transaction."""

@@ -1283,6 +1283,31 @@ def test_a_session_claim_whose_answer_was_lost_is_held_and_said_so(
         store.close()
 
 
+def test_a_completion_on_a_connection_the_server_ended_is_stored_on_a_new_one(
+        postgresql_url: str) -> None:
+    """PostgreSQL only: the server ended the session while the job evaluated a session it
+    had claimed (a restart or failover). The completion is tried again on a new connection
+    and stored. Before, it raised (not committed: the claim left to time out), and the
+    session was completed only after ``sessions.claim_timeout_s`` (5 minutes), by a second
+    evaluation; a turn that came meanwhile still makes it store nothing (False)."""
+    from otel_eval.store import postgresql
+
+    store = postgresql.PostgresStore(postgresql_url).open()
+    try:
+        store.put_many([_turn(1, "ended", T0 + 1), _turn(2, "resumed", T0 + 2)])
+        for name, at in (("ended", T0 + 1), ("resumed", T0 + 2)):
+            assert store.claim_session(_key(name), at, "job:1", T0 + 10, 0)
+        _end_sessions(postgresql_url)
+        assert store.complete_session(_key("ended"), "job:1", {"n": 1}, T0 + 11)
+        kept = store.session_record(_key("ended"))
+        assert kept is not None and (kept.state, kept.record) == ("complete", {"n": 1})
+        store.put_many([_turn(3, "resumed", T0 + 12)])  # a turn while it was evaluated
+        _end_sessions(postgresql_url)
+        assert not store.complete_session(_key("resumed"), "job:1", {"n": 2}, T0 + 13)
+    finally:
+        store.close()
+
+
 def _read_only(url: str, on: bool) -> None:
     """The database of ``url`` read-only (``default_transaction_read_only``, which a session
     takes when it starts) or writable again: a failover's read-only window."""
