@@ -399,3 +399,17 @@ def test_a_reference_call_without_arguments_takes_any_arguments(
     (f,) = reference.detect(ran, DetectorsConfig(), Context(reference=golden))
     assert f.kind == "mismatch"
     assert f.attributes["wrong_arguments"] == ["done"]
+
+
+def test_tool_names_equal_but_for_unicode_normal_form_are_the_same_tool() -> None:
+    """A tool named "café" composed (NFC) in the golden set and decomposed (NFD) by the
+    agent's framework (macOS file names, some models) is one tool, as its arguments already
+    were: it was a missing call and an unexpected one, a reference/mismatch failing the run.
+    Per-tool argument modes and the ``tools`` filter find it under either spelling too."""
+    nfc, nfd = "r\u00e9server_vol", "re\u0301server_vol"
+    r = Reference("t1", (RefCall(nfc, {"ville": "Qu\u00e9bec"}),), "exact", "exact",
+                  {nfc: "ignore"}, tools=frozenset({nfc}))
+    t = traj(tool(nfd, {"ville": "Montr\u00e9al"}), task_id="t1")
+    (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
+    assert f.kind == "match", f.message
+    assert f.attributes["missing"] == [] and f.attributes["unexpected"] == []

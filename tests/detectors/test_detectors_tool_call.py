@@ -181,3 +181,14 @@ def test_a_call_of_a_tool_not_offered_that_never_ran_is_a_selection_error() -> N
     managed = dataclasses.replace(llm("sunny"), kind="agent", node="get_forecast")
     assert tool_call.detect(traj(asked("never_ran"), managed, tools=TOOLS), DetectorsConfig(),
                             Context()) == []
+
+
+def test_a_tool_offered_in_another_unicode_normal_form_is_no_selection_error() -> None:
+    """A tool offered as "résumé" composed (NFC) and run under its decomposed spelling (NFD:
+    the same name, as a macOS file name or some models write it) is the tool offered: it
+    was "called résumé, which was not offered", a selection error failing the run, because
+    the offered-name comparison dropped the combining accent of one spelling only."""
+    offered = {"r\u00e9sum\u00e9": {"type": "object", "properties": {"q": {}}}}
+    step = tool("re\u0301sume\u0301", {"q": "x"})
+    assert tool_call.detect(traj(llm("x"), step, tools=offered), DetectorsConfig(),
+                            Context()) == []

@@ -6,15 +6,16 @@ Match modes (how the call sequences must relate):
     any_order  the same calls in any order, nothing else (same multiset)
     superset   every reference call appears, in any order; extra calls are allowed
                (this is Vertex AI's "any_order" and agentevals' "superset")
-Argument modes (when a call's arguments count as right): ``exact`` (equal after
-canonicalization; strings compared in Unicode NFC, whitespace collapsed), ``ignore``,
-``subset`` (every argument given is in the reference with that value), ``superset`` (every
-reference argument is given with that value); per-tool overrides. A reference call written
-without ``arguments`` (or with null) takes any arguments in every mode (as DeepEval's expected
-call named only); ``{}`` means none. Tool-name precision/recall
-are reported apart from argument accuracy (on the calls whose name matched); ``score`` in
-0..1 is the share of reference calls satisfied (in_order, superset) or the F1 of satisfied
-calls (exact, any_order, which forbid extras).
+Tool names are compared in Unicode NFC (composed or decomposed, one name; no compatibility
+folding: NFKC would merge distinct names). Argument modes (when a call's arguments count as
+right): ``exact`` (equal after canonicalization; strings compared in Unicode NFC, whitespace
+collapsed), ``ignore``, ``subset`` (every argument given is in the reference with that
+value), ``superset`` (every reference argument is given with that value); per-tool
+overrides. A reference call written without ``arguments`` (or with null) takes any arguments
+in every mode (as DeepEval's expected call named only); ``{}`` means none. Tool-name
+precision/recall are reported apart from argument accuracy (on the calls whose name
+matched); ``score`` in 0..1 is the share of reference calls satisfied (in_order, superset) or
+the F1 of satisfied calls (exact, any_order, which forbid extras).
 
 A call whose arguments are unknown (``Step.arguments`` None: not recorded, or present and not
 understood, ``unparsed``; or the text of an object cut at an attribute length limit,
@@ -182,13 +183,15 @@ def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
             by_tool: Mapping[str, str], cut: bool = False) -> dict[str, Any]:
     """The verdict ``reference`` summary plus the missing/unexpected/wrong-argument lists.
     ``cut``: the trace was cut while its run went on (module docstring: ``unseen``)."""
-    rc, names = list(ref.calls), [s.tool_name or s.name for s in actual]
+    rc, names = list(ref.calls), [_nfc(s.tool_name or s.name) for s in actual]
+    expected = [_nfc(c.name) for c in rc]  # a tool's name in either normal form is one name
+    by_tool = {_nfc(k): v for k, v in by_tool.items()}
     unknown = {a for a, s in enumerate(actual) if s.arguments is None or cut_json(s.arguments)}
     memo: dict[tuple[int, int], bool] = {}
     arguments = _Arguments([c.arguments for c in rc], [s.arguments for s in actual])
 
     def name_ok(r: int, a: int) -> bool:
-        return rc[r].name == names[a]
+        return expected[r] == names[a]
 
     def full_ok(r: int, a: int) -> bool:
         if not name_ok(r, a):
@@ -196,7 +199,7 @@ def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
         if a in unknown:
             return True  # unknown arguments: not wrong (nor known right: ``unknown_arguments``)
         if (r, a) not in memo:  # matching and LCS ask for the same pairs again
-            mode = by_tool.get(rc[r].name, args_mode)
+            mode = by_tool.get(expected[r], args_mode)
             memo[r, a] = arguments.ok(r, a, mode)
         return memo[r, a]
 
@@ -281,8 +284,9 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
 def _detect_calls(trajectory: Trajectory, config: DetectorsConfig,
                   ref: Reference) -> list[Finding]:
     cfg = config.reference
+    tools = None if ref.tools is None else {_nfc(t) for t in ref.tools}
     actual = [s for s in top_level_tool_steps(trajectory)
-              if ref.tools is None or (s.tool_name or s.name) in ref.tools]
+              if tools is None or _nfc(s.tool_name or s.name) in tools]
     summary = compare(ref, actual, ref.match or cfg.match,
                       ref.arguments_match or cfg.arguments_match, ref.arguments_match_by_tool,
                       cut=trajectory.status == "truncated")

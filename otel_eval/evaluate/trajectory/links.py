@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import unicodedata
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -261,8 +262,9 @@ def as_offered(name: str) -> str:
     """A tool's name as a model may be offered it: lowercased, each run of characters that
     are no letter or digit ``_`` (a letter of any script is kept: 查询天气 and 删除全部 are
     two names, not the same empty one); a name with no letter or digit (an emoji) is itself,
-    the spelling of no other name."""
-    cut = name[:MAX_TOOL_NAME]
+    the spelling of no other name. Read in Unicode NFC: a name composed or decomposed ("é" or
+    "e" and its combining accent, which is no letter) is one name."""
+    cut = unicodedata.normalize("NFC", name[:MAX_TOOL_NAME])
     return _NOT_WORD.sub("_", cut.lower()).strip("_") or cut
 
 
