@@ -8,7 +8,9 @@ golden-set tools give it), a text or a number, compared with the run's answer
     exact     equal after folding both: Unicode NFC (canonical caseless: NFC of the case fold
               of the NFD), case, whitespace collapsed and trimmed
     contains  the folded expected text is in the folded answer
-    numeric   the answer's last number (``1,234`` and ``-2.5e3`` read as numbers) is within
+    numeric   the answer's last number (``1,234`` and ``-2.5e3`` read as numbers; digits of
+              any script, with the Arabic thousands and decimal separators U+066C and U+066B,
+              or full-width ones, and the minus sign U+2212) is within
               ``output_tolerance`` (absolute, default 0) of the expected number
 
 Every step is linear in the answer (folding, one regular expression without nested
@@ -37,10 +39,18 @@ from otel_eval.evaluate.conventions.values import cut_json
 from otel_eval.evaluate.detectors.calls import Reference
 from otel_eval.evaluate.detectors.config import ReferenceConfig
 
-# a number: digits with optional thousands commas, a fraction, an exponent; no nested
-# repetition (each position starts at most one short attempt)
-_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?"
-                     r"|[-+]?\.\d+(?:[eE][-+]?\d+)?")
+# a number: digits (of any script: \d is Unicode's, as float() reads them) with optional
+# thousands commas, a fraction, an exponent; the Arabic thousands and decimal separators
+# (U+066C, U+066B), the full-width comma, full stop and hyphen-minus and the minus sign
+# (U+2212) as "," "." "-"; no nested repetition (each position starts at most one short
+# attempt)
+_MINUS = "[-+\u2212\uff0d]?"
+_NUMBER = re.compile(
+    rf"{_MINUS}(?:\d{{1,3}}(?:[,\u066c\uff0c]\d{{3}})+|\d+)(?:[.\u066b\uff0e]\d+)?"
+    rf"(?:[eE]{_MINUS}\d+)?|{_MINUS}[.\u066b\uff0e]\d+(?:[eE]{_MINUS}\d+)?")
+# a number's text as float() reads it
+_AS_FLOAT = str.maketrans({",": None, "\u066c": None, "\uff0c": None, "\u066b": ".",
+                           "\uff0e": ".", "\u2212": "-", "\uff0d": "-"})
 _SHOWN = 80  # characters of the expected answer a message shows
 
 
@@ -63,7 +73,7 @@ def number(text: str, *, whole: bool = False) -> float | None:
     if found is None:
         return None
     try:
-        value = float(found.replace(",", ""))
+        value = float(found.translate(_AS_FLOAT))
     except ValueError:  # pragma: no cover - the pattern reads only what float() reads
         return None
     return value if math.isfinite(value) else None
