@@ -57,6 +57,13 @@ CASES: list[tuple[str, Any, str | None, float | None, str | None, str]] = [
     ("numeric: the minus sign", -5, "numeric", None, "\u22125 \u00b0C", "answer_match"),
     ("numeric: an expected text in Arabic digits", "\u0663\u066b\u0661\u0664", "numeric",
      None, "3.14", "answer_match"),
+    # a number written in numerals no number is read from (CJK, Roman): unknown, not absent
+    ("numeric: Chinese numerals", 42, "numeric", None, "\u7b54\u6848\u662f\u56db\u5341\u4e8c",
+     "answer_unknown"),
+    ("numeric: Chinese two", 2, "numeric", None, "\u6709\u4e24\u4e2a", "answer_unknown"),
+    ("numeric: Roman numeral", 12, "numeric", None, "Chapter \u216b", "answer_unknown"),
+    ("numeric: Chinese, no number", 42, "numeric", None, "\u6211\u4e0d\u77e5\u9053",
+     "answer_mismatch"),
     ("missing answer", "Paris", None, None, None, "answer_unknown"),
     ("an answer cut as JSON", "Paris", None, None, '{"city": "Par', "answer_unknown"),
 ]

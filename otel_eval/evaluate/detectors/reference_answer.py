@@ -16,6 +16,10 @@ golden-set tools give it), a text or a number, compared with the run's answer
 Every step is linear in the answer (folding, one regular expression without nested
 repetition, ``str.__contains__``), so a long answer costs its length, never more.
 
+An answer whose number is not read is no mismatch either (``numeric``): one holding no
+number read but numerals of another kind (CJK: a count written in Chinese characters; Roman
+numerals) is ``answer_unknown``, as one with no number at all is a mismatch.
+
 An answer that is not known whole is no mismatch: none recorded, the text of a JSON object
 or array that never closes (``values.cut_json``, cut at an attribute length limit) or as long
 as the configured ``answer_length_limit`` (the SDK's ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``:
@@ -106,6 +110,32 @@ def known(answer: str | None, limit: int) -> bool:
     return answer is not None and not cut_json(answer) and not (limit and len(answer) >= limit)
 
 
+def _unknown(answer: str | None, cfg: ReferenceConfig, findings: Sequence[Finding],
+             mode: str) -> str | None:
+    """Why the run's answer is not compared (None: it is)."""
+    if answer is None:
+        return "no answer recorded"
+    if not _ended(findings):
+        return "the run did not end"
+    if not known(answer, cfg.answer_length_limit):
+        return "the answer is cut"
+    if mode == "numeric" and unread_numerals(answer):
+        return "its number is written in numerals not read"
+    return None
+
+
+# numerals Unicode gives no numeric value: Chinese two (liang), in its two forms
+_NUMERALS = frozenset("\u4e24\u5169")
+
+
+def unread_numerals(answer: str) -> bool:
+    """Whether ``answer`` holds no number read (``number``) but numerals of another kind
+    (Chinese and Japanese ones, Roman numerals): its number is not known, not absent."""
+    return number(answer) is None and any(
+        c in _NUMERALS or (unicodedata.category(c) in ("Lo", "Nl")
+                           and unicodedata.numeric(c, None) is not None) for c in answer)
+
+
 def _ended(findings: Sequence[Finding]) -> bool:
     """Whether the run ended, as far as the detectors before know (``non_termination``'s
     ``NOT_ENDED_KINDS``): a run that did not end gave no final answer, only a last reply."""
@@ -126,9 +156,8 @@ def detect_answer(trajectory: Trajectory, ref: Reference, cfg: ReferenceConfig,
     if mode == "numeric":
         attrs["output_tolerance"] = tolerance
     answer = trajectory.answer
-    if answer is None or not known(answer, cfg.answer_length_limit) or not _ended(findings):
-        why = "no answer recorded" if answer is None else "the answer is cut" \
-            if _ended(findings) else "the run did not end"
+    why = _unknown(answer, cfg, findings, mode)
+    if why is not None or answer is None:
         return [Finding("reference", "answer_unknown", "info",
                         f"answer not compared with the reference for task {ref.task_id} "
                         f"({why})", attributes=attrs)]
