@@ -202,3 +202,19 @@ def test_an_expected_output_no_text_says_what_to_do(tmp_path: Path, expected: An
     message = str(e.value)
     assert f"{path}:1: expected_output must be a text or a number, got {kind}" in message
     assert "remove the key" in message
+
+
+def test_a_references_line_holding_unicode_line_separators_loads(tmp_path: Path) -> None:
+    """JSON lines are split at "\\n" only: JSON writes U+2028, U+2029 and NEL (U+0085) inside
+    a string as they are (Python's json.dumps with ensure_ascii=False, JavaScript's
+    JSON.stringify), and an expected answer copied from a web page or a Word document holds
+    them. str.splitlines cut the line there: 'not valid JSON', and serve refused to start."""
+    expected = ("\u0627\u0644\u0633\u0637\u0631 \u0627\u0644\u0623\u0648\u0644"
+                "\u2028second\u2029third\x85end")
+    path = tmp_path / "refs.jsonl"
+    path.write_text(json.dumps({"task_id": "q1", "expected_output": expected},
+                               ensure_ascii=False) + "\r\n"
+                    + json.dumps({"task_id": "q2", "expected_output": "x"}) + "\n",
+                    encoding="utf-8")
+    refs = load_references(path)
+    assert refs["q1"].expected_output == expected and refs["q2"].expected_output == "x"

@@ -202,7 +202,9 @@ def _load(path: str | Path) -> ReferenceSet:
         return ReferenceSet(_from_array(data, str(path)))
     refs: dict[str, Reference] = {}
     first: dict[str, str] = {}
-    for n, line in enumerate(text.splitlines(), 1):
+    # lines end at "\n" (a "\r" before it is whitespace to JSON): not at U+2028, U+2029 or
+    # NEL, which JSON writes as they are inside a string (str.splitlines cut there)
+    for n, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
