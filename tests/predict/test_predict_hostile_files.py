@@ -90,3 +90,15 @@ def test_labels_nested_past_the_recursion_limit_are_a_train_error(tmp_path: Path
     path.write_text(text + "\n")
     with pytest.raises(TrainError, match=str(path)):
         read_labels([str(path)])
+
+
+def test_a_labels_line_holding_unicode_line_separators_reads(tmp_path: Path) -> None:
+    """JSON lines end at "\\n" only: JSON writes U+2028 and NEL (U+0085) inside a string as
+    they are (a reviewer's note beside the outcome, json.dumps with ensure_ascii=False).
+    str.splitlines cut the line there, and ``train --labels`` stopped: 'not JSON'."""
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    path = tmp_path / "labels.jsonl"
+    path.write_text(json.dumps({"trace_id": trace, "outcome": True,
+                                "note": "\u0635\u062d\u064a\u062d\u2028ok\x85"},
+                               ensure_ascii=False) + "\n", encoding="utf-8")
+    assert read_labels([str(path)]).by_trace == {trace: True}

@@ -119,7 +119,9 @@ def read_labels(paths: Iterable[str]) -> Labels:
             if isinstance(doc, dict):
                 _summary(doc, path, labels)
                 continue
-        for n, line in enumerate(text.splitlines(), 1):
+        # lines end at "\n": not at U+2028, U+2029 or NEL, which JSON writes as they are
+        # inside a string (str.splitlines cut there)
+        for n, line in enumerate(text.split("\n"), 1):
             if line.strip():
                 _line(line, f"labels file {path} line {n}", labels)
     return labels
