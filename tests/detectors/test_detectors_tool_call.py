@@ -1,4 +1,5 @@
 import dataclasses
+import unicodedata
 from typing import Any
 
 import pytest
@@ -191,4 +192,29 @@ def test_a_tool_offered_in_another_unicode_normal_form_is_no_selection_error() -
     offered = {"r\u00e9sum\u00e9": {"type": "object", "properties": {"q": {}}}}
     step = tool("re\u0301sume\u0301", {"q": "x"})
     assert tool_call.detect(traj(llm("x"), step, tools=offered), DetectorsConfig(),
+                            Context()) == []
+
+
+def test_arguments_in_another_unicode_normal_form_are_valid() -> None:
+    """Vietnamese written decomposed (NFD: the base letter and its combining marks, as some
+    Vietnamese input methods and macOS file names write it) is the same text as composed:
+    an enum value or a parameter name so spelled was "'Hà Nội' is not one of ['Hà Nội',
+    'Huế']" or an unknown parameter and a missing required one, a tool_call/arguments error
+    failing the run, where the reference detector already compares arguments in NFC."""
+    def nfd(text: str) -> str:
+        return unicodedata.normalize("NFD", text)
+
+    place, hanoi = "\u0111\u1ecba_\u0111i\u1ec3m", "H\u00e0 N\u1ed9i"
+    offered = {"\u0111\u1eb7t_b\u00e0n": {
+        "type": "object", "properties": {place: {"type": "string", "enum": [hanoi, "Hu\u1ebf"]}},
+        "required": [place]}}
+    for args in ({place: nfd(hanoi)}, {nfd(place): hanoi}):
+        step = tool("\u0111\u1eb7t_b\u00e0n", args)
+        found = tool_call.detect(traj(llm("x"), step, tools=offered), DetectorsConfig(),
+                                 Context())
+        assert found == [], args
+    nfd_offer = {"\u0111\u1eb7t_b\u00e0n": {**offered["\u0111\u1eb7t_b\u00e0n"],
+                                            "properties": {place: {"enum": [nfd(hanoi)]}}}}
+    step = tool("\u0111\u1eb7t_b\u00e0n", {place: hanoi})
+    assert tool_call.detect(traj(llm("x"), step, tools=nfd_offer), DetectorsConfig(),
                             Context()) == []

@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -45,6 +46,20 @@ def norm_ws(text: str) -> str:
     # = re.sub(r"\s+", " ", text).strip(): str.split() splits on the same (Unicode)
     # whitespace as the regex's \s, at a fifth of the cost
     return " ".join(text.split())
+
+
+def nfc(value: Any) -> Any:
+    """``value`` with its strings (keys too) in Unicode NFC: "café" composed or decomposed
+    is the same text (no compatibility folding). Linear in the value; a string already NFC
+    is kept as it is."""
+    if isinstance(value, str):
+        return value if unicodedata.is_normalized("NFC", value) else \
+            unicodedata.normalize("NFC", value)
+    if isinstance(value, Mapping):
+        return {nfc(str(k)): nfc(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [nfc(v) for v in value]
+    return value
 
 
 def _normalize(value: Any) -> Any:

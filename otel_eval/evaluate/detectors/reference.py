@@ -35,7 +35,6 @@ trace holds) is neither made nor missing: listed in ``unseen`` (and the message)
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -49,7 +48,7 @@ from otel_eval.evaluate.detectors.calls import (
     Reference,
     top_level_tool_steps,
 )
-from otel_eval.evaluate.detectors.canonical import canonical_of_normalized, normalized
+from otel_eval.evaluate.detectors.canonical import canonical_of_normalized, nfc, normalized
 from otel_eval.evaluate.detectors.config import DetectorsConfig
 from otel_eval.evaluate.detectors.reference_answer import detect_answer
 
@@ -74,7 +73,7 @@ class _Arguments:
 
     def _normalized(self, key: tuple[int, int]) -> Any:
         if key not in self._norm:
-            self._norm[key] = normalized(_nfc(_parsed(self._raw[key[0]][key[1]])))
+            self._norm[key] = normalized(nfc(_parsed(self._raw[key[0]][key[1]])))
         return self._norm[key]
 
     def _canonical(self, key: tuple[int, int]) -> str:
@@ -93,19 +92,6 @@ class _Arguments:
         if mode == "subset":
             return all(k in exp and exp[k] == v for k, v in act.items())
         return all(k in act and act[k] == v for k, v in exp.items())  # superset
-
-
-def _nfc(value: Any) -> Any:
-    """``value`` with its strings (keys too) in Unicode NFC: "café" composed or decomposed
-    is the same argument. Linear in the value; a string already NFC is kept as it is."""
-    if isinstance(value, str):
-        return value if unicodedata.is_normalized("NFC", value) else \
-            unicodedata.normalize("NFC", value)
-    if isinstance(value, Mapping):
-        return {_nfc(str(k)): _nfc(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_nfc(v) for v in value]
-    return value
 
 
 def _parsed(value: Any) -> Any:
@@ -183,9 +169,9 @@ def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
             by_tool: Mapping[str, str], cut: bool = False) -> dict[str, Any]:
     """The verdict ``reference`` summary plus the missing/unexpected/wrong-argument lists.
     ``cut``: the trace was cut while its run went on (module docstring: ``unseen``)."""
-    rc, names = list(ref.calls), [_nfc(s.tool_name or s.name) for s in actual]
-    expected = [_nfc(c.name) for c in rc]  # a tool's name in either normal form is one name
-    by_tool = {_nfc(k): v for k, v in by_tool.items()}
+    rc, names = list(ref.calls), [nfc(s.tool_name or s.name) for s in actual]
+    expected = [nfc(c.name) for c in rc]  # a tool's name in either normal form is one name
+    by_tool = {nfc(k): v for k, v in by_tool.items()}
     unknown = {a for a, s in enumerate(actual) if s.arguments is None or cut_json(s.arguments)}
     memo: dict[tuple[int, int], bool] = {}
     arguments = _Arguments([c.arguments for c in rc], [s.arguments for s in actual])
@@ -284,9 +270,9 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
 def _detect_calls(trajectory: Trajectory, config: DetectorsConfig,
                   ref: Reference) -> list[Finding]:
     cfg = config.reference
-    tools = None if ref.tools is None else {_nfc(t) for t in ref.tools}
+    tools = None if ref.tools is None else {nfc(t) for t in ref.tools}
     actual = [s for s in top_level_tool_steps(trajectory)
-              if tools is None or _nfc(s.tool_name or s.name) in tools]
+              if tools is None or nfc(s.tool_name or s.name) in tools]
     summary = compare(ref, actual, ref.match or cfg.match,
                       ref.arguments_match or cfg.arguments_match, ref.arguments_match_by_tool,
                       cut=trajectory.status == "truncated")

@@ -41,6 +41,8 @@ import referencing
 import referencing.exceptions
 from jsonschema.exceptions import ValidationError, best_match
 
+from otel_eval.evaluate.detectors.canonical import nfc
+
 __all__ = ["CACHE_BYTES", "MAX_PATTERN_CHARS", "MAX_STEPS", "TRACE_STEPS", "Budget", "Check",
            "check_arguments"]
 
@@ -319,9 +321,10 @@ CACHE = _Cache(CACHE_BYTES)
 
 
 def compiled(schema: Mapping[str, Any]) -> _Compiled:
-    """The (cached) validator for a schema."""
+    """The (cached) validator for a schema, its strings in Unicode NFC (the arguments are
+    checked in NFC: composed or decomposed, one text)."""
     key = json.dumps(schema, sort_keys=True, default=str)
-    return CACHE.get(key, lambda: _compile(schema))
+    return CACHE.get(key, lambda: _compile(nfc(schema)))  # its text in NFC, as arguments
 
 
 def _problems(validator: Any, args: Any) -> list[dict[str, str]]:
@@ -363,7 +366,7 @@ def check_arguments(arguments: Any, schema: Mapping[str, Any], budget: Budget | 
     run = _Run(steps_left=steps, errors_left=errors)
     token = _RUN.set(run)
     try:
-        return _checked(got.validator, arguments, run)
+        return _checked(got.validator, nfc(arguments), run)
     finally:
         _RUN.reset(token)
         budget.steps -= steps - max(run.steps_left, 0)

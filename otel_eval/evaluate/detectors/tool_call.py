@@ -17,7 +17,9 @@ name: ``step.sources["tool_name"] == "span name"``): an unrecorded name is unkno
 tool that was not offered; and selection for a call by an agent (``Step.agent_scope``) none of
 whose spans recorded what it was offered (``Trajectory.offered_to``): in a multi-agent run, the
 coordinator's offer says nothing of the sub-agent's.
-Validation itself is ``detectors.schema`` (no retrieval, RE2 patterns, bounded work); what it
+Arguments and schemas are compared in Unicode NFC (a text composed or decomposed is one text,
+as the reference detector compares arguments; ``canonical.nfc``). Validation itself is
+``detectors.schema`` (no retrieval, RE2 patterns, bounded work); what it
 could not check (an unresolvable or recursive ``$ref``, an invalid schema, a pattern RE2
 cannot run, the step limit) is a ``schema`` warning: the schema is the application's, so it
 does not fail the agent's verdict, but it is counted and said.
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from otel_eval.base.results import Finding
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors.calls import Context, is_action_tool, result_failed
+from otel_eval.evaluate.detectors.canonical import nfc
 from otel_eval.evaluate.detectors.config import DetectorsConfig, ToolCallConfig
 from otel_eval.evaluate.trajectory.links import as_offered
 
@@ -70,7 +73,7 @@ def argument_problems(arguments: Any, schema: Mapping[str, Any], reject_unknown:
     props = schema.get("properties")
     if (reject_unknown and isinstance(args, Mapping) and isinstance(props, Mapping)
             and "additionalProperties" not in schema):
-        for name in sorted(set(args) - set(props), key=str):
+        for name in sorted(set(nfc(list(args))) - set(nfc(list(props))), key=str):
             problems.append({"constraint": "additionalProperties", "path": "",
                              "message": f"unknown parameter {name!r}"[:200]})
     return problems, check
