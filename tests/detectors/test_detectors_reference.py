@@ -413,3 +413,23 @@ def test_tool_names_equal_but_for_unicode_normal_form_are_the_same_tool() -> Non
     (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
     assert f.kind == "match", f.message
     assert f.attributes["missing"] == [] and f.attributes["unexpected"] == []
+
+
+def test_a_tool_run_by_the_display_name_it_was_offered_by_is_the_reference_s_call() -> None:
+    """CrewAI runs the tool the model calls as delegate_work_to_coworker under its display
+    name, "Delegate work to coworker" (the conformance corpus' crewai/multi_agent), and
+    tool_call takes the two for one tool (``links.as_offered``). A golden set naming the
+    call as the model made it (the function name, as DeepEval's and Langfuse's do) gave a
+    missing and an unexpected call, a reference/mismatch failing the run. Other words are
+    still another tool."""
+    r = Reference("t1", (RefCall("delegate_work_to_coworker", {"task": "weather"}),
+                         RefCall("get_weather", {"city": "Paris"})), "exact", "exact",
+                  {"delegate_work_to_coworker": "ignore"})
+    t = traj(tool("Delegate work to coworker", {"task": "the weather", "coworker": "w"}),
+             tool("get_weather", {"city": "Paris"}), task_id="t1")
+    (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
+    assert f.kind == "match", f.message
+    other = traj(tool("Delegate work to coworkers", {}), tool("get_weather", {"city": "Paris"}),
+                 task_id="t1")
+    (f,) = reference.detect(other, DetectorsConfig(), Context(reference=r))
+    assert f.kind == "mismatch" and f.attributes["missing"] == ["delegate_work_to_coworker"]

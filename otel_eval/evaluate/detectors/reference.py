@@ -6,16 +6,19 @@ Match modes (how the call sequences must relate):
     any_order  the same calls in any order, nothing else (same multiset)
     superset   every reference call appears, in any order; extra calls are allowed
                (this is Vertex AI's "any_order" and agentevals' "superset")
-Tool names are compared in Unicode NFC (composed or decomposed, one name; no compatibility
-folding: NFKC would merge distinct names). Argument modes (when a call's arguments count as
-right): ``exact`` (equal after canonicalization; strings compared in Unicode NFC, whitespace
-collapsed), ``ignore``, ``subset`` (every argument given is in the reference with that
-value), ``superset`` (every reference argument is given with that value); per-tool
-overrides. A reference call written without ``arguments`` (or with null) takes any arguments
-in every mode (as DeepEval's expected call named only); ``{}`` means none. Tool-name
-precision/recall are reported apart from argument accuracy (on the calls whose name
-matched); ``score`` in 0..1 is the share of reference calls satisfied (in_order, superset) or
-the F1 of satisfied calls (exact, any_order, which forbid extras).
+Tool names are compared as a model is offered them (``links.as_offered``, as the tool_call
+detector takes them: Unicode NFC, composed or decomposed one name; lowercase; each run of
+characters no letter or digit one ``_``: CrewAI runs delegate_work_to_coworker as "Delegate
+work to coworker"; no compatibility folding: NFKC would merge distinct names). Argument
+modes (when a call's arguments count as right): ``exact`` (equal after canonicalization;
+strings compared in Unicode NFC, whitespace collapsed), ``ignore``, ``subset`` (every
+argument given is in the reference with that value), ``superset`` (every reference argument
+is given with that value); per-tool overrides. A reference call written without
+``arguments`` (or with null) takes any arguments in every mode (as DeepEval's expected call
+named only); ``{}`` means none. Tool-name precision/recall are reported apart from argument
+accuracy (on the calls whose name matched); ``score`` in 0..1 is the share of reference
+calls satisfied (in_order, superset) or the F1 of satisfied calls (exact, any_order, which
+forbid extras).
 
 A call whose arguments are unknown (``Step.arguments`` None: not recorded, or present and not
 understood, ``unparsed``; or the text of an object cut at an attribute length limit,
@@ -51,6 +54,7 @@ from otel_eval.evaluate.detectors.calls import (
 from otel_eval.evaluate.detectors.canonical import canonical_of_normalized, nfc, normalized
 from otel_eval.evaluate.detectors.config import DetectorsConfig
 from otel_eval.evaluate.detectors.reference_answer import detect_answer
+from otel_eval.evaluate.trajectory.links import as_offered
 
 Pair = Callable[[int, int], bool]
 
@@ -169,9 +173,10 @@ def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
             by_tool: Mapping[str, str], cut: bool = False) -> dict[str, Any]:
     """The verdict ``reference`` summary plus the missing/unexpected/wrong-argument lists.
     ``cut``: the trace was cut while its run went on (module docstring: ``unseen``)."""
-    rc, names = list(ref.calls), [nfc(s.tool_name or s.name) for s in actual]
-    expected = [nfc(c.name) for c in rc]  # a tool's name in either normal form is one name
-    by_tool = {nfc(k): v for k, v in by_tool.items()}
+    # names as a model is offered them (module docstring), the tool_call detector's one tool
+    rc, names = list(ref.calls), [as_offered(s.tool_name or s.name) for s in actual]
+    expected = [as_offered(c.name) for c in rc]
+    by_tool = {as_offered(k): v for k, v in by_tool.items()}
     unknown = {a for a, s in enumerate(actual) if s.arguments is None or cut_json(s.arguments)}
     memo: dict[tuple[int, int], bool] = {}
     arguments = _Arguments([c.arguments for c in rc], [s.arguments for s in actual])
@@ -270,9 +275,9 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
 def _detect_calls(trajectory: Trajectory, config: DetectorsConfig,
                   ref: Reference) -> list[Finding]:
     cfg = config.reference
-    tools = None if ref.tools is None else {nfc(t) for t in ref.tools}
+    tools = None if ref.tools is None else {as_offered(t) for t in ref.tools}
     actual = [s for s in top_level_tool_steps(trajectory)
-              if tools is None or nfc(s.tool_name or s.name) in tools]
+              if tools is None or as_offered(s.tool_name or s.name) in tools]
     summary = compare(ref, actual, ref.match or cfg.match,
                       ref.arguments_match or cfg.arguments_match, ref.arguments_match_by_tool,
                       cut=trajectory.status == "truncated")
