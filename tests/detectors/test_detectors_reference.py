@@ -433,3 +433,20 @@ def test_a_tool_run_by_the_display_name_it_was_offered_by_is_the_reference_s_cal
                  task_id="t1")
     (f,) = reference.detect(other, DetectorsConfig(), Context(reference=r))
     assert f.kind == "mismatch" and f.attributes["missing"] == ["delegate_work_to_coworker"]
+
+
+def test_a_task_id_in_another_unicode_normal_form_finds_its_reference(tmp_path: Path) -> None:
+    """A task id made of a file name on macOS comes decomposed (NFD), the golden set's typed
+    composed: the run found no reference, so nothing was compared and a CI gate passed with
+    no reference finding at all. A task id is looked up in NFC; two spellings of one id in
+    the file are the same id given twice."""
+    path = tmp_path / "refs.jsonl"
+    path.write_text(json.dumps({"task_id": "r\u00e9sum\u00e9-1", "calls": [{"name": "a"}]},
+                               ensure_ascii=False) + "\n", encoding="utf-8")
+    refs = load_references(path)
+    assert refs.get("re\u0301sume\u0301-1") is refs["r\u00e9sum\u00e9-1"]
+    path.write_text(path.read_text(encoding="utf-8") + json.dumps(
+        {"task_id": "re\u0301sume\u0301-1", "calls": []}, ensure_ascii=False) + "\n",
+        encoding="utf-8")
+    with pytest.raises(ReferencesError, match=r"refs.jsonl:2: task_id .* given again"):
+        load_references(path)

@@ -25,6 +25,7 @@ from typing import Any, get_args
 from otel_eval.base.configcheck import StartupError
 from otel_eval.evaluate.config import MAX_TASK_ID_CHARS
 from otel_eval.evaluate.detectors.calls import RefCall, Reference
+from otel_eval.evaluate.detectors.canonical import nfc
 from otel_eval.evaluate.detectors.config import ArgumentsMode, MatchMode, OutputMode
 from otel_eval.evaluate.detectors.reference_answer import expected_number
 
@@ -44,13 +45,14 @@ _OUTPUT = frozenset(get_args(OutputMode))
 
 
 class ReferenceSet(Mapping[str, Reference]):
-    """Task id -> reference, read-only."""
+    """Task id -> reference, read-only; a task id is looked up in Unicode NFC (composed or
+    decomposed, one id: a macOS file name's NFD, a golden set typed NFC)."""
 
     def __init__(self, references: Mapping[str, Reference] | None = None) -> None:
-        self._refs: dict[str, Reference] = dict(references or {})
+        self._refs: dict[str, Reference] = {nfc(k): v for k, v in (references or {}).items()}
 
     def __getitem__(self, task_id: str) -> Reference:
-        return self._refs[task_id]
+        return self._refs[nfc(task_id)]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._refs)
@@ -155,11 +157,12 @@ def _add(refs: dict[str, Reference], first: dict[str, str], ref: Reference,
          where: str) -> None:
     """``ref`` under its task id; a task id given twice is refused naming both places (the
     later one silently replaced the earlier: one of the two was never compared)."""
-    if ref.task_id in first:
+    key = nfc(ref.task_id)  # the id ``ReferenceSet`` looks up
+    if key in first:
         raise ValueError(f"{where}: task_id {ref.task_id!r} given again "
-                         f"(first at {first[ref.task_id]})")
-    first[ref.task_id] = where
-    refs[ref.task_id] = ref
+                         f"(first at {first[key]})")
+    first[key] = where
+    refs[key] = ref
 
 
 def _from_array(items: list[Any], path: str) -> dict[str, Reference]:
