@@ -23,6 +23,7 @@ from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.render import render
 from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.evaluate.trajectory.build import _holds
 
 CFG = TrajectoryConfig()
 AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}
@@ -493,6 +494,28 @@ def test_an_empty_reply_is_the_answer_of_a_run_whose_result_is_a_state_around_it
     assert (_graph_run("", finish="tool_calls") or "").startswith('{"messages"')
     assert (_graph_run("", after={"gen_ai.operation.name": "zz_unknown"}) or "").startswith(
         '{"messages"')
+
+
+@pytest.mark.parametrize("text", ["Il fait beau.\n\u00c0 Paris.", 'Il a dit "oui".',
+                                  "\u0627\u0644\u062c\u0648 \u0645\u0634\u0645\u0633",
+                                  "- sunny\n- 22 C"])
+def test_the_answer_of_a_graph_run_is_its_last_reply_as_the_state_escapes_it(text: str) -> None:
+    """The graph state (LangGraph's, LangChain.js's) is JSON: the last reply's newline, quote
+    and, as Python's json.dumps writes by default, every character past ASCII are escaped in
+    it. The reply was then not found in the state, and the run's answer was the whole state:
+    a multi-line, quoted or non-Latin answer was a reference/answer_mismatch (exact) however
+    right, and the judge and the web view were shown the state as the answer."""
+    assert _graph_run(text) == text
+
+
+@pytest.mark.parametrize(("result", "said"), [
+    ("ChatMessage(_role=<ChatRole.ASSISTANT: 'assistant'>, _content=[TextContent("
+     "text='Sunny.\\nParis \u00e0 22 C.')])", "Sunny.\nParis \u00e0 22 C."),  # a repr
+    (json.dumps({"messages": [{"content": "\u0634\u0645\u0633\n"}]}, ensure_ascii=False),
+     "\u0634\u0645\u0633\n"),  # JSON keeping the characters past ASCII
+])
+def test_a_result_holds_its_answer_as_json_or_a_repr_escapes_it(result: str, said: str) -> None:
+    assert _holds(result, said)
 
 
 def _said(parts: list[dict] | None, finish: str | None = "stop") -> dict:

@@ -71,8 +71,9 @@ built, in a trace of its own before any invocation). Such a trace is not evaluat
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from otel_eval.base.model import Span, Trace, local_root, run_span, run_span_id
@@ -174,15 +175,30 @@ def _holds(result: str, said: str) -> bool:
     """Whether ``result`` wraps ``said``: holds it whole, or was cut inside it by its
     instrumentation (LlamaIndex's ``StopEvent(result=AgentOutput(...))`` repr, cut to 200
     characters and ended with "..."), the text before the cut ending with the answer's start.
-    One search and one comparison, each linear; an answer escaped in the repr (a quote, a
-    newline) before the cut does not match, and the result stays the run's answer."""
-    if said in result:
+    Whole, also as the result's JSON or repr escapes it (a graph state's JSON: its newlines
+    and quotes escaped, and every character past ASCII by Python's json.dumps default; a
+    repr's ``'...'``). A few searches and one comparison, each linear; an answer escaped in
+    the repr (a quote, a newline) before the cut does not match, and the result stays the
+    run's answer."""
+    if said in result or any(form in result for form in _escaped(said)):
         return True
     if not result.endswith(_CUT) or len(said) < _CUT_PROBE:
         return False
     body = result[:-len(_CUT)]
     at = body.find(said[:_CUT_PROBE], max(0, len(body) - len(said)))
     return at >= 0 and said.startswith(body[at:])
+
+
+def _escaped(said: str) -> Iterator[str]:
+    """``said`` as a JSON string's body (characters past ASCII kept, then escaped) and as a
+    repr's, each different from ``said`` (one made only when the one before was not found)."""
+    seen = {said}
+    for make in (lambda t: json.dumps(t, ensure_ascii=False)[1:-1],
+                 lambda t: json.dumps(t)[1:-1], lambda t: repr(t)[1:-1]):
+        form = make(said)
+        if form not in seen:
+            seen.add(form)
+            yield form
 
 
 def _output(builder: StepBuilder, run: tuple[Step | None, Step | None],
