@@ -511,11 +511,19 @@ def test_the_answer_of_a_graph_run_is_its_last_reply_as_the_state_escapes_it(tex
 @pytest.mark.parametrize(("result", "said"), [
     ("ChatMessage(_role=<ChatRole.ASSISTANT: 'assistant'>, _content=[TextContent("
      "text='Sunny.\\nParis \u00e0 22 C.')])", "Sunny.\nParis \u00e0 22 C."),  # a repr
-    (json.dumps({"messages": [{"content": "\u0634\u0645\u0633\n"}]}, ensure_ascii=False),
+    (json.dumps({"state": {"reply": "\u0634\u0645\u0633\n"}}, ensure_ascii=False),
      "\u0634\u0645\u0633\n"),  # JSON keeping the characters past ASCII
 ])
 def test_a_result_holds_its_answer_as_json_or_a_repr_escapes_it(result: str, said: str) -> None:
     assert _holds(result, said)
+
+
+def test_a_result_of_genai_messages_stays_the_result_its_messages_are_read_from() -> None:
+    """A run's output recorded as GenAI messages holds the reply escaped too: it stays the
+    result, so the record keeps both the reply's text and its ``output_messages``."""
+    said = "Booked.\n- HAT136"
+    result = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": said}]}])
+    assert not _holds(result, said)
 
 
 def _said(parts: list[dict] | None, finish: str | None = "stop") -> dict:
