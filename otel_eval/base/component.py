@@ -5,8 +5,8 @@
                                             what was taken, release resources; idempotent
     Sink:           export(trace, evaluation), pass_on(trace)   what follows the store
     DeliveringSink: a sink whose queue holds what no store keeps (pass-through's spans, the
-                    evaluation events): it takes each trace's ``Held`` and settles it once
-                    that is delivered or dropped for good
+                    evaluation events, the results topic's records): it takes each trace's
+                    ``Held`` and settles it once that is delivered or dropped for good
     SinkComponent:  both: a sink the service starts and stops
 
 Each optional part has a ``build(config, deps)`` next to its code returning one of these, or

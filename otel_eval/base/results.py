@@ -202,7 +202,7 @@ def stored_evaluation(trace: Trace, record: Mapping[str, Any],
     are the stored LLM steps that name their reply's ``response_id``, with their span id and
     that id alone (what the events of the first send named, ``outputs.events``). Read as
     found: what is not of the expected shape is left out (the object is ours, but may have
-    been cut to its bound)."""
+    been cut to its bound). Its ``to_json`` is the stored object itself."""
     findings = []
     for f in record.get("findings") or ():
         if isinstance(f, Mapping):
@@ -225,6 +225,7 @@ def stored_evaluation(trace: Trace, record: Mapping[str, Any],
     # the revision and status stored, not the replay's: a restart's assembler starts every
     # trace at revision 0, while the record may be a re-opened run's later revision
     revision, status = record.get("revision"), record.get("status")
+    error = record.get("error")
     return Evaluation(
         Trajectory(trace.trace_id, trace.source,
                    status if status in ("complete", "incomplete", "truncated") else trace.status,
@@ -232,8 +233,9 @@ def stored_evaluation(trace: Trace, record: Mapping[str, Any],
                    revision=revision if type(revision) is int and revision >= 0
                    else trace.revision),
         findings, verdict, dict(judge) if isinstance(judge, Mapping) else None,
-        evaluated_at_ns=evaluated_at_ns,
-        prediction=dict(prediction) if isinstance(prediction, Mapping) else None)
+        evaluated_at_ns=evaluated_at_ns, error=error if isinstance(error, str) else None,
+        prediction=dict(prediction) if isinstance(prediction, Mapping) else None,
+        bounded=dict(record))  # ``to_json``: the object as stored (the results topic's)
 
 
 def stored_run_span_id(record: Mapping[str, Any]) -> str:

@@ -17,6 +17,11 @@ so is a judged one, once its judgement (or the judge's skip) is stored (``publis
 judge stage): the record then holds the ``judge`` the results API returns, as the last
 published for its key; and so is one whose verdict a known outcome re-judged
 (``publish_stored``, from ``POST /v1/feedback``): the stored object, with that verdict.
+The queue holds in memory what no topic has yet: each exported trace is ``Held``
+(``base.component.DeliveringSink``, as the evaluation events are) until its record is
+delivered or dropped for a counted reason (never for a stop: ``shutdown``), so its spool rows
+and Kafka offsets stay until then; a stop or a crash before then replays it, and the replay,
+``already_evaluated``, hands over the stored object again (at least once).
 A record of an older evaluation of a trace (a lower revision, or the same one evaluated
 earlier) handed over after a newer one's is not sent: the threads that hand records over race
 (the engine's sinks, the judge's writer, feedback), and the last record of a key stays the
@@ -35,7 +40,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from otel_eval.base.component import OnLoop
+from otel_eval.base.component import Held, OnLoop, settle
 from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import RECORD_TOO_LARGE, KafkaMetrics, KafkaStats
@@ -57,6 +62,7 @@ class ResultsPublisher:
     """A ``pipeline.Sink``. ``await start()`` on the service loop, ``await shutdown(s)``."""
 
     name = "results"  # outputs.sender.SINK_NAMES
+    delivers = True  # base.component.DeliveringSink: held in the spool until delivered
 
     def __init__(self, config: KafkaConfig, metrics: KafkaMetrics | None = None,
                  sink_dropped: Callable[[str, str, int], None] | None = None) -> None:
@@ -64,7 +70,8 @@ class ResultsPublisher:
         self.metrics: KafkaMetrics = metrics if metrics is not None else KafkaStats()
         # (sink, reason, items): ``SinkMetrics.dropped``, otel_eval_sink_dropped_total
         self._sink_dropped = sink_dropped
-        self._queue: deque[tuple[str, bytes]] = deque()
+        # (trace id, JSON, the trace's ``Held``: settled once delivered or dropped for good)
+        self._queue: deque[tuple[str, bytes, Held | None]] = deque()
         # (trace id, revision, evaluated_at_ns) of the evaluations published judged, the
         # newest ``results_queue_size``: their un-judged record, handed over after (an
         # engine thread slower than the judge's skip), is not queued behind them
@@ -74,7 +81,7 @@ class ResultsPublisher:
         # (a judgement of the revision a re-open superseded meanwhile) is not sent behind it
         self._newest: OrderedDict[str, tuple[int, int]] = OrderedDict()
         # delivery futures of records the producer holds, not yet counted (``_count_sent``)
-        self._sent: list[asyncio.Future[Any]] = []
+        self._sent: list[tuple[asyncio.Future[Any], Held | None]] = []
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._producer: AIOKafkaProducer | None = None
@@ -106,9 +113,10 @@ class ResultsPublisher:
     def items(self, trace: Trace, evaluation: Evaluation | None) -> int:
         return 0 if evaluation is None else 1  # one record per evaluation
 
-    def export(self, trace: Trace, evaluation: Evaluation) -> None:
-        """Any thread. Serialises now (the evaluation may change later), sends later."""
-        self._hand_over(evaluation, judged=False)
+    def export(self, trace: Trace, evaluation: Evaluation, held: Held | None = None) -> None:
+        """Any thread. Serialises now (the evaluation may change later), sends later;
+        ``held`` is taken until the record is delivered or dropped for good."""
+        self._hand_over(evaluation, judged=False, held=held)
 
     def publish(self, evaluation: Evaluation) -> None:
         """The evaluation again, with its judge: the judge stage's, once a judgement (or a
@@ -135,20 +143,23 @@ class ResultsPublisher:
         with self._order:
             yield
 
-    def _hand_over(self, evaluation: Evaluation, judged: bool) -> None:
+    def _hand_over(self, evaluation: Evaluation, judged: bool,
+                   held: Held | None = None) -> None:
         key = (evaluation.trace_id, evaluation.trajectory.revision, evaluation.evaluated_at_ns)
-        self._send(evaluation.trace_id, evaluation.to_json(), key, judged)
+        self._send(evaluation.trace_id, evaluation.to_json(), key, judged, held)
 
     def _send(self, trace_id: str, body: dict[str, Any], key: tuple[str, int, int],
-              judged: bool) -> None:
+              judged: bool, held: Held | None = None) -> None:
         payload = json.dumps(body, separators=(",", ":"), default=str).encode()
         loop = self._loop
+        if held is not None:
+            held.take()  # settled by ``_enqueue`` or once its record's fate is known
         try:
             if loop is None:
                 raise RuntimeError("not started")
-            loop.call_soon_threadsafe(self._enqueue, trace_id, payload, key, judged)
+            loop.call_soon_threadsafe(self._enqueue, trace_id, payload, key, judged, held)
         except RuntimeError:  # not started, or closed (stopping): one check, no window
-            self._dropped("not_started", 1)
+            self._dropped("not_started", 1)  # held stays: replayed after the restart
 
     def _dropped(self, reason: str, n: int) -> None:
         """``n`` records not written: counted as Kafka's and as this result sink's."""
@@ -156,26 +167,28 @@ class ResultsPublisher:
         if self._sink_dropped is not None:
             self._sink_dropped(self.name, _SINK_REASON.get(reason, reason), n)
 
-    def pass_on(self, trace: Trace) -> None:
+    def pass_on(self, trace: Trace, held: Held | None = None) -> None:
         """No evaluation, no result to publish."""
 
     def _enqueue(self, trace_id: str, payload: bytes, key: tuple[str, int, int] | None = None,
-                 judged: bool = False) -> None:
+                 judged: bool = False, held: Held | None = None) -> None:
         if key is not None and self._older(key):
+            _settle(held)
             return  # a newer evaluation of its trace is queued or sent: it stays the last
         if key is not None and judged:
             self._judged[key] = None
             while len(self._judged) > self.config.results_queue_size:
                 self._judged.popitem(last=False)
         elif key is not None and key in self._judged:
+            _settle(held)
             return  # its judged record, which holds all of it, is queued or sent already
         if self._stopped:  # a judgement whose write landed past the stop's deadline
-            self._dropped("shutdown", 1)
+            self._dropped("shutdown", 1)  # held stays: replayed after the restart
             return
         if len(self._queue) >= self.config.results_queue_size:
-            self._queue.popleft()
+            _settle(self._queue.popleft()[2])
             self._dropped("queue_full", 1)
-        self._queue.append((trace_id, payload))
+        self._queue.append((trace_id, payload, held))
         self._wake.set()
 
     def _older(self, key: tuple[str, int, int]) -> bool:
@@ -208,7 +221,7 @@ class ResultsPublisher:
         from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
         while self._queue:
-            trace_id, payload = self._queue[0]
+            trace_id, payload, held = self._queue[0]
             try:
                 fut = await producer.send(self.config.results_topic, payload,
                                           key=trace_id.encode())
@@ -218,24 +231,26 @@ class ResultsPublisher:
                 log.warning("kafka results: trace %s not published (%s)", trace_id,
                             type(e).__name__)
                 self._dropped(RECORD_TOO_LARGE if too_large else "send_failed", 1)
+                _settle(held)
                 continue
             self._queue.popleft()
-            self._sent.append(fut)
-        if self._sent:
-            await asyncio.wait(self._sent)  # cancelling the wait leaves the deliveries alone
+            self._sent.append((fut, held))
+        if self._sent:  # cancelling the wait leaves the deliveries alone
+            await asyncio.wait([f for f, _ in self._sent])
             self._count_sent()
 
     def _count_sent(self) -> None:
         """Count the held records whose delivery is known; those still unknown stay held,
         and at shutdown (once the producer stopped) are dropped, reason shutdown."""
-        known = [f for f in self._sent if f.done()]
-        self._sent = [f for f in self._sent if not f.done()]
-        failed = sum(1 for f in known if f.cancelled() or f.exception() is not None)
+        known = [(f, h) for f, h in self._sent if f.done()]
+        self._sent = [(f, h) for f, h in self._sent if not f.done()]
+        failed = sum(1 for f, _ in known if f.cancelled() or f.exception() is not None)
         if failed:
             log.warning("kafka results: %d record(s) failed to publish", failed)
             self._dropped("send_failed", failed)
         if len(known) - failed:
             self.metrics.published("results", len(known) - failed)
+        settle(h for _, h in known if h is not None)
 
     async def shutdown(self, deadline_s: float = 10.0) -> None:
         """Send what is queued (up to the deadline), then stop the producer (it delivers what
@@ -263,6 +278,11 @@ class ResultsPublisher:
             if self._sent:
                 self._dropped("shutdown", len(self._sent))
                 self._sent = []
+
+
+def _settle(held: Held | None) -> None:
+    if held is not None:
+        settle((held,))
 
 
 def build(config: KafkaConfig, deps: Deps, *, front_end: bool = False) -> OnLoop | None:

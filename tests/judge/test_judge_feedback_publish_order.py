@@ -87,7 +87,7 @@ def test_an_outcome_recorded_while_the_judge_reads_back_ends_the_topic(
         assert not outcome[0].is_alive()
         loop.call_soon(loop.stop)
         loop.run_forever()
-        records = [json.loads(payload) for _, payload in publisher._queue]
+        records = [json.loads(payload) for _, payload, _ in publisher._queue]
         stored = store.get(ev.trace_id)
         assert stored is not None and stored["verdict"]["outcome"] == "failure"
         assert "judge" in stored
