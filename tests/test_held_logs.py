@@ -44,7 +44,7 @@ def logs_body(recs: list[LogEvent]) -> bytes:
 class Node:
     def __init__(self, tmp: Path, max_pending_log_bytes: int = 128 << 20,
                  max_pending_bytes: int = 512 << 20,
-                 max_pending_log_records: int = 1_000_000) -> None:
+                 max_pending_log_records: int = 1_000_000, stored: bool = False) -> None:
         self.now = 0.0
         cfg = Config()
         cfg = replace(cfg, assembly=replace(cfg.assembly, idle_timeout_s=IDLE,
@@ -55,7 +55,8 @@ class Node:
         self.store = Store(str(tmp / "store.db"))
         self.engine = Engine(InProcess(Evaluator(cfg), self.store),
                              StoreHealth(self.store.location, clock=lambda: self.now),
-                             self.metrics, assembly=cfg.assembly, clock=lambda: self.now)
+                             self.metrics, assembly=cfg.assembly, clock=lambda: self.now,
+                             stored=self.store.get_stamped if stored else None)
         self.ingest = Ingest(self.engine, self.metrics)
 
     def sample(self, name: str, **labels: str) -> float:
@@ -179,3 +180,33 @@ def test_a_record_delivered_again_is_a_duplicate_before_and_after_release(
                        protocol="grpc", reason="duplicate_log_record") == 4
     [stored] = node.store.latest(10)
     assert stored["revision"] == 0
+
+
+def test_records_of_a_stored_run_that_no_span_joins_are_late_not_no_spans(
+        tmp_path: Path) -> None:
+    """A run's record that comes alone after its run was stored (a Kafka logs record replayed
+    after a restart while its spans' records were skipped as done, or one past the re-open
+    window) joins no span: its run was evaluated, so it is ``late`` (the stored run stands),
+    as a straggler span is; before, it was counted ``no_spans``, the reason that says its
+    spans never came (lost on the way: load balancing), which they did."""
+    t = f"{7:032x}"
+    root = Span(t, "1" * 16, None, "invoke_agent", 1, 2_000,
+                attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"})
+    first = Node(tmp_path)
+    first.ingest.handle_bytes(encode.encode_spans([root]).SerializeToString(), "grpc")
+    first.now += IDLE + 1
+    first.engine.tick()
+    assert first.engine.process() == 1
+    first.engine.shutdown(5.0)
+    first.store.close()
+
+    second = Node(tmp_path, stored=True)  # the restart: assembly remembers nothing of it
+    for trace in (t, f"{8:032x}"):  # the stored run's record, and one of a run never seen
+        assert second.ingest.handle_logs_bytes(logs_body(records(trace, 1)),
+                                               "grpc").outcome == "ok"
+    second.now += IDLE + 1
+    second.engine.tick()
+    assert second.sample("otel_eval_assembly_log_records_dropped_total", reason="late") == 1
+    assert second.sample("otel_eval_assembly_log_records_dropped_total",
+                         reason="no_spans") == 1
+    assert second.store.get(t)["revision"] == 0  # the stored run stands

@@ -85,8 +85,10 @@ if TYPE_CHECKING:  # records come held (decode.otlp_logs); the assembler only re
 
 # Reasons a span is refused by assembly (counted as rejected; never acknowledged).
 ASSEMBLY_REJECT_REASONS = ("duplicate_span", "trace_too_large", "late", "foreign_sender")
-# Reasons a log record held by assembly is dropped: its trace ended without any span.
-LOG_DROP_REASONS = ("no_spans",)
+# Reasons a log record held by assembly is dropped: its trace ended without any span; or so
+# did one of a run the store holds (``late``: the stored run stands), told by the engine,
+# which reads the store (``dropped_logs_only``).
+LOG_DROP_REASONS = ("no_spans", "late")
 
 
 @dataclass(slots=True)
@@ -200,7 +202,9 @@ class TraceAssembler:
         self.open_bytes = 0
         self.open_logs = 0
         self.open_log_bytes = 0  # received size of the log records held (HeldRecord.nbytes)
-        self.dropped_logs: Counter[str] = Counter()  # since start, by LOG_DROP_REASONS
+        # (trace id, records) of traces dropped with only log records, not yet counted: the
+        # engine drains it and counts them by LOG_DROP_REASONS
+        self.dropped_logs_only: list[tuple[str, int]] = []
         # (trace id, revision) of traces dropped with only log records: the engine drains it
         # (their spooled records are done with, as if evaluated)
         self.dropped_traces: list[tuple[str, int]] = []
@@ -773,7 +777,7 @@ class TraceAssembler:
         self.open_logs -= len(tr.logs)
         self.open_log_bytes -= tr.log_bytes
         self.log_load.remove(tr.logs)
-        self.dropped_logs["no_spans"] += len(tr.logs)
+        self.dropped_logs_only.append((tr.trace_id, len(tr.logs)))
         self.dropped_traces.append((tr.trace_id, tr.revision))
         self._dropped_revisions[tr.trace_id] = tr.revision
         self.dropped_waiters.extend(tr.waiters)

@@ -99,6 +99,7 @@ class Engine:
         self.clock = clock
         self.tick_interval_s = tick_interval_s
         self.spool = spool
+        self._stored = stored
         self._lock = threading.Lock()  # serializes the assembler and the parts below
         # pass-through (the sink named "forward": outputs.forward.SINK) forwards what
         # assembly takes but cannot evaluate (a straggler of a run it no longer re-opens, the
@@ -268,11 +269,26 @@ class Engine:
         with self._lock:
             dropped, asm.dropped_traces = asm.dropped_traces, []
             waiters, asm.dropped_waiters = asm.dropped_waiters, []
+            counts, asm.dropped_logs_only = asm.dropped_logs_only, []
+        for trace_id, n in counts:
+            self.metrics.ingest.log_records_dropped(self._logs_only_reason(trace_id), n)
         for waiter in waiters:
             waiter()
         self.durability.dropped(dropped)
         with self._lock:
             asm.dropped_deleted(dropped)
+
+    def _logs_only_reason(self, trace_id: str) -> str:
+        """Why records no span joined are dropped: ``late`` when the store holds their run
+        (stored before they came: past the re-open window, or a Kafka logs record replayed
+        after a restart without its spans' records, done), else ``no_spans``."""
+        if self._stored is None:
+            return "no_spans"
+        try:
+            return "late" if self._stored(trace_id) is not None else "no_spans"
+        except Exception:  # the store unreadable: the records are dropped all the same
+            log.exception("reading the stored run of trace %s failed", trace_id)
+            return "no_spans"
 
     # --- release and evaluation (worker thread, or tests by hand) ------------------------------
 
@@ -296,9 +312,6 @@ class Engine:
         self.metrics.ingest.open_traces(len(asm))
         self.metrics.ingest.pending_spans(asm.open_spans + self.finishing.queued_spans)
         self.metrics.ingest.pending_log_records(asm.open_logs + self.finishing.queued_logs)
-        for reason, n in asm.dropped_logs.items():
-            self.metrics.ingest.log_records_dropped(reason, n)
-        asm.dropped_logs.clear()
 
     # --- lifecycle ---------------------------------------------------------------------------
 

@@ -47,7 +47,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_assembly_spans_handed_over_total  runs in flight of a revoked Kafka
                partition, forgotten unjudged (its next owner replays them)
                otel_eval_assembly_pending_log_records                           gauge
-               otel_eval_assembly_log_records_dropped_total{reason}  no_spans
+               otel_eval_assembly_log_records_dropped_total{reason}  no_spans|late (the
+               store holds the run: it stands)
     traces     otel_eval_traces_completed_total{service,agent,status}
                otel_eval_traces_superseded_total{service,agent}
                otel_eval_traces_with_loop_total{service,agent}
