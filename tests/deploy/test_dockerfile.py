@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -200,6 +201,30 @@ def test_dockerignore_keeps_what_the_build_copies_and_drops_the_rest() -> None:
     for private in (".git/config", ".tools/x", "tests/conftest.py", "otel-eval.db",
                     "otel_eval/__pycache__/cli.cpython-311.pyc"):
         assert _ignored(private, patterns), f"{private} would be sent to the Docker daemon"
+
+
+def test_sigterm_to_pid_1_while_it_starts_ends_it() -> None:
+    """The exec-form entrypoint (and the chart's ``command``) makes otel-eval the container's
+    PID 1, to which the kernel delivers no signal it has no handler for. A SIGTERM that came
+    while the command was still importing (``docker stop`` or a pod deleted right after it
+    started) was dropped: serve then started, acknowledged OTLP, and ran until the SIGKILL.
+    Run as PID 1 of a new PID namespace, a SIGTERM after the command's first import ends it."""
+    unshare = shutil.which("unshare")
+    userns = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    probe = subprocess.run([unshare or "unshare", *userns, "--pid", "--fork", "true"],
+                           capture_output=True, timeout=60, check=False) if unshare else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("no PID namespace (unshare) here")
+    assert exec_form(_instructions("ENTRYPOINT")[-1])[0] == "otel-eval"  # no shell in between
+    code = ("import os, signal\n"
+            "assert os.getpid() == 1, os.getpid()\n"
+            "import otel_eval.app.cli\n"  # what the console script imports first
+            "os.kill(1, signal.SIGTERM)\n"
+            "print('survived', flush=True)\n")
+    r = subprocess.run([unshare, *userns, "--pid", "--fork", sys.executable, "-c", code],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert "survived" not in r.stdout, "SIGTERM ignored by PID 1 before serve's handler"
+    assert r.returncode == 128 + 15, (r.returncode, r.stderr[-500:])
 
 
 @pytest.mark.slow
