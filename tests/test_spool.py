@@ -946,3 +946,34 @@ def test_a_request_reopening_runs_is_refused_past_max_bytes(tmp_path: Path) -> N
     assert a.spool.held()[1] <= 2 * size
     assert a.engine.open_traces() == 1  # T1 not re-opened
     a.crash()
+
+
+def test_runs_a_request_reopens_count_in_its_services_share(tmp_path: Path) -> None:
+    """A late span re-opens a stored run, whose spans are spooled again with the request
+    and charged to its service (``RowLoad``). The share check (``max_service_share`` of
+    ``max_bytes``) counted the request's own bytes only: a few late spans of one service
+    re-opened its stored runs past its share at once, and the other services' exports
+    were then refused ``spool_full``. What a request re-opens counts in its share: the
+    request is refused ``service_share`` (the exporter retries), nothing taken."""
+    share = {"max_service_share": 0.5}
+    runs = [f"{i + 1:032x}" for i in range(6)]
+
+    def run(trace: str) -> list[Span]:
+        spans = _of("noisy", [span(trace, 1, None), span(trace, 2)])
+        for s in spans:
+            s.attributes["payload"] = "x" * 10_000
+        return _decoded(spans)
+
+    size = len(body(run(runs[0])))
+    a = Node(tmp_path, max_bytes=10 * size, **share)
+    for t in runs:  # stored one by one: the spool holds none of them
+        assert a.engine.submit(run(t), request=body(run(t))).throttled is None
+        assert a.release() == 1
+    assert a.spool.held() == (0, 0)
+    opening = _decoded(_of("noisy", [span(T1, 1, None)]))  # a run of it still open
+    assert a.engine.submit(opening, request=body(opening)).throttled is None
+    late = _decoded(_of("noisy", [span(t, 3) for t in runs]))  # re-opens the 6 runs
+    assert a.engine.submit(late, request=body(late)).throttled == "service_share"
+    assert a.spool.held_by("noisy") <= 0.5 * 10 * size
+    assert a.engine.open_traces() == 1  # nothing re-opened
+    a.crash()

@@ -28,7 +28,7 @@ Not thread-safe: the engine calls it under its lock.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from otel_eval.assemble.finishing import Finishing
 
 Signal = str  # "traces" | "logs" (spool.SIGNALS)
+_NONE: Mapping[str, int] = {}  # no re-opened runs' bytes
 
 
 @dataclass
@@ -70,9 +71,10 @@ class AdmissionControl:
         self.closing = False  # shutdown began: everything is refused from now on
 
     def refusal(self, signal: Signal, items: Sequence[Span] | Sequence[HeldRecord],
-                spool_bytes: int) -> str | None:
+                spool_bytes: int, reopened: Mapping[str, int] = _NONE) -> str | None:
         """Why the request cannot be taken now, or None; ``spool_bytes``: what it would add
-        to the spool (0: not spooled)."""
+        to the spool (0: not spooled); ``reopened``: of it, per service, the bytes of the
+        released runs it re-opens (``Durability.reopened_bytes``), in their shares."""
         if self.closing:
             return "shutting_down"
         if self._store_health.failing:  # taken now, it could only wait: let the sender hold it
@@ -80,10 +82,11 @@ class AdmissionControl:
         if spool_bytes and (full := self._durability.refusal(spool_bytes)):
             return full
         if signal == "logs":
-            return self._logs(items)  # type: ignore[arg-type]
-        return self._spans(items)  # type: ignore[arg-type]
+            return self._logs(items, reopened)  # type: ignore[arg-type]
+        return self._spans(items, reopened)  # type: ignore[arg-type]
 
-    def over_share(self, spans: Sequence[Span] | Sequence[HeldRecord]) -> frozenset[str]:
+    def over_share(self, spans: Sequence[Span] | Sequence[HeldRecord],
+                   reopened: Mapping[str, int] = _NONE) -> frozenset[str]:
         """The new traces (ids) to reject (``service_share``, partial success) so that the
         rest of a request holding several services is taken: those a service past its share
         of the open traces, or of the pending spans or bytes (``_past_load``), would open
@@ -105,13 +108,14 @@ class AdmissionControl:
         per_service = Counter(owners.values())
         share = cfg.max_service_share * cfg.max_open_traces
         over = {svc for svc, k in per_service.items() if asm.service_open(svc) + k > share}
-        over |= self._past_load(spans)
+        over |= self._past_load(spans, reopened)
         shed = frozenset(tid for tid, svc in owners.items() if svc in over)
         if all(s.trace_id in shed for s in spans):
             return frozenset()  # nothing else to take: refused whole, retried
         return shed
 
-    def _past_load(self, items: Sequence[Span] | Sequence[HeldRecord]) -> set[str]:
+    def _past_load(self, items: Sequence[Span] | Sequence[HeldRecord],
+                   reopened: Mapping[str, int] = _NONE) -> set[str]:
         """The services opening traces here (``claims``) whose items here would put them
         past their share of the pending spans or of their bytes (open and queued, by each
         span's own service.name), or for log records of the records pending (held and
@@ -122,7 +126,9 @@ class AdmissionControl:
         delivering sink (``RowLoad``; before, one service could fill the spool and every
         other service's exports were refused ``spool_full``). A service opening nothing
         here is never past it: its items join traces open already, and refused they would
-        cut them (``over_share``)."""
+        cut them (``over_share``). The spool's bytes a service would add count the stored
+        runs the items re-open (``reopened``), spooled again with the request and charged to
+        their services: counted, a few late spans re-opened a service's runs past its share."""
         cfg = self.config
         if cfg.max_service_share >= 1.0 or not items:
             return set()
@@ -143,11 +149,13 @@ class AdmissionControl:
             if held and (held + n > share * max_items
                          or nbytes + adds.bytes[svc] > share * max_bytes):
                 over.add(svc)
-            elif self._durability.past_share(svc, adds.bytes[svc], share):
+            elif self._durability.past_share(svc, adds.bytes[svc] + reopened.get(svc, 0),
+                                             share):
                 over.add(svc)  # the spool's bytes it holds (``RowLoad``)
         return over
 
-    def _logs(self, records: Sequence[HeldRecord]) -> str | None:
+    def _logs(self, records: Sequence[HeldRecord], reopened: Mapping[str, int]
+              ) -> str | None:
         cfg, asm = self.config, self._assembler
         pending = asm.open_logs + self._finishing.queued_logs  # as spans: open + queued
         if pending and pending + len(records) > cfg.max_pending_log_records:
@@ -155,7 +163,7 @@ class AdmissionControl:
         held = asm.open_log_bytes
         if held and held + sum(r.nbytes for r in records) > cfg.max_pending_log_bytes:
             return "pending_log_bytes"
-        if self._past_share(records) or self._past_load(records):
+        if self._past_share(records) or self._past_load(records, reopened):
             return "service_share"
         if len(asm) + asm.new_trace_count(records) > cfg.max_open_traces:
             return "open_traces"
@@ -170,7 +178,7 @@ class AdmissionControl:
         claims = Counter(asm.claims(items).values())  # log-opened traces' slots too
         return any(asm.service_open(svc) + k > share for svc, k in claims.items())
 
-    def _spans(self, spans: Sequence[Span]) -> str | None:
+    def _spans(self, spans: Sequence[Span], reopened: Mapping[str, int]) -> str | None:
         cfg, asm, fin = self.config, self._assembler, self._finishing
         pending = asm.open_spans + fin.queued_spans
         if pending and pending + len(spans) > cfg.max_pending_spans:
@@ -179,7 +187,7 @@ class AdmissionControl:
         if held and held + sum(s.nbytes for s in spans) > cfg.max_pending_bytes:
             return "pending_bytes"
         new = asm.new_traces_by_service(spans)
-        if self._past_share(spans) or self._past_load(spans):
+        if self._past_share(spans) or self._past_load(spans, reopened):
             return "service_share"
         over = len(asm) + sum(new.values()) - cfg.max_open_traces
         if over > 0:  # one-span traces idle for pressure_idle_s give way first

@@ -22,10 +22,12 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from otel_eval.assemble.assembler import TraceAssembler
+from otel_eval.assemble.service_load import service_of
 from otel_eval.assemble.spool import Spool
 from otel_eval.base.backoff import Backoff
 from otel_eval.base.model import Span
@@ -99,6 +101,22 @@ class Durability:
         runs = self._assembler.reopens(items, sender)
         return len(raw) + sum(sum(s.nbytes for s in spans) + sum(r.nbytes for r in logs)
                               for spans, logs, _ in runs.values())
+
+    def reopened_bytes(self, raw: bytes | None, items: Collection[Span | HeldRecord],
+                       sender: str) -> Counter[str]:  # lock held
+        """Per service.name, the bytes of the released runs ``items`` re-open, which
+        ``append`` spools with the request (``raw``; None: not spooled, nothing) and the
+        spool charges to their items' services (``RowLoad``): counted in a service's share
+        of ``spool_max_bytes`` (``past_share``) as in the bound (``spool_bytes``)."""
+        out: Counter[str] = Counter()
+        if raw is None:
+            return out
+        for spans, logs, _ in self._assembler.reopens(items, sender).values():
+            for span in spans:
+                out[service_of(span)] += span.nbytes
+            for record in logs:
+                out[service_of(record)] += record.nbytes
+        return out
 
     def past_share(self, service: str, nbytes: int, share: float) -> bool:
         """Whether ``service``, holding spool bytes already, would hold more than ``share``

@@ -176,12 +176,13 @@ class Engine:
         with self._lock:
             shed: set[str] = set()
             if not replayed:
-                taken, shed = self._within_shares(taken, adm)
+                taken, shed = self._within_shares(taken, adm, raw, sender)
                 if shed and raw is not None:  # the spool holds only what was taken
                     raw = self.durability.taken_only(signal, taken)
             trace_ids = {item.trace_id for item in taken}
             adm.throttled = None if replayed else self.admission.refusal(
-                signal, taken, self.durability.spool_bytes(raw, taken, sender))
+                signal, taken, self.durability.spool_bytes(raw, taken, sender),
+                self.durability.reopened_bytes(raw, taken, sender))
             row = None if raw is None or adm.throttled else self.durability.append(
                 raw, trace_ids, signal, taken, sender, refused=shed)
             if adm.throttled is None and raw is not None and row is None:
@@ -204,7 +205,8 @@ class Engine:
                                                res.carried_spans)
         return adm
 
-    def _within_shares(self, spans: Sequence[Span] | Sequence[HeldRecord], adm: Admission
+    def _within_shares(self, spans: Sequence[Span] | Sequence[HeldRecord], adm: Admission,
+                       raw: bytes | None = None, sender: str = ""
                        ) -> tuple[Sequence[Span] | Sequence[HeldRecord], set[str]]:
         """The spans (or log records) of a request but for the new traces a service past
         its share would open (``AdmissionControl.over_share``: whole traces, never some of
@@ -213,7 +215,8 @@ class Engine:
         then spooled as taken, ``Durability.taken_only``: a replay takes every item of a
         trace its row names, and the rejected ones would fill the spool while the kept runs
         stay open). Lock held."""
-        shed = self.admission.over_share(spans)
+        shed = self.admission.over_share(
+            spans, self.durability.reopened_bytes(raw, spans, sender))
         if not shed:
             return spans, set()
         kept: Any = [s for s in spans if s.trace_id not in shed]
