@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from otel_eval.app.config import Config, replace
 from otel_eval.assemble.engine import Engine
 from otel_eval.assemble.spool import CORRUPT_KEPT, SCHEMA_VERSION, Spool
 from otel_eval.assemble.store_health import StoreHealth
+from otel_eval.base.component import Held, settle
 from otel_eval.base.model import Span
 from otel_eval.decode import otlp
 from otel_eval.decode.encode import encode_spans
@@ -47,7 +50,8 @@ def body(spans: list[Span]) -> bytes:
 class Node:
     """One process's engine, store and spool on the files in ``tmp``."""
 
-    def __init__(self, tmp: Path, max_bytes: int = 1 << 30, **assembly: Any) -> None:
+    def __init__(self, tmp: Path, max_bytes: int = 1 << 30, sinks: Sequence[Any] = (),
+                 **assembly: Any) -> None:
         self.now = 0.0
         self.metrics = Metrics(CollectorRegistry())
         cfg = replace(Config(), **{"assembly.grace_s": GRACE,
@@ -57,7 +61,7 @@ class Node:
         self.engine = Engine(InProcess(Evaluator(cfg), self.store),
                              StoreHealth(self.store.location, clock=lambda: self.now),
                              self.metrics, assembly=cfg.assembly, clock=lambda: self.now,
-                             spool=self.spool)
+                             spool=self.spool, sinks=sinks)
         self.replayed = self.engine.replay()
 
     def send(self, spans: list[Span]) -> str | None:
@@ -976,4 +980,60 @@ def test_runs_a_request_reopens_count_in_its_services_share(tmp_path: Path) -> N
     assert a.engine.submit(late, request=body(late)).throttled == "service_share"
     assert a.spool.held_by("noisy") <= 0.5 * 10 * size
     assert a.engine.open_traces() == 1  # nothing re-opened
+    a.crash()
+
+
+class _Holding:
+    """A delivering sink (pass-through, the evaluation events) whose sender has not
+    delivered yet: it holds each trace's ``Held`` until the test settles it."""
+
+    delivers = True
+    name = "events"
+
+    def __init__(self) -> None:
+        self.held: list[Held] = []
+
+    def items(self, trace: Any, evaluation: Any) -> int:
+        return len(trace.spans)
+
+    def export(self, trace: Any, evaluation: Any, held: Held | None = None) -> None:
+        self.pass_on(trace, held)
+
+    def pass_on(self, trace: Any, held: Held | None = None) -> None:
+        if held is not None:
+            held.take()
+            self.held.append(held)
+
+
+def test_rows_are_thinned_on_the_engine_worker_not_a_senders_thread(tmp_path: Path) -> None:
+    """With a delivering sink, a trace's spool rows leave when its sender has delivered it,
+    on that sender's thread. The thinning that followed (every row waiting to be thinned,
+    down to a quarter of max_bytes: up to 128 MiB read, parsed and written again at the
+    defaults, seconds) ran there too, and pass-through's or the events' sending waited for
+    it while their queues filled. The sender's thread deletes only; the engine's worker
+    thins, at its next pass."""
+    long_run = "d" * 32
+    size = len(body([*_short_run(f"{1:032x}", 20), span(long_run, 100, parent=9)]))
+    sink = _Holding()
+    a = Node(tmp_path, max_bytes=4 * size, sinks=[sink])
+    for k in range(2):  # each batch: a short run and a span of a long run still going
+        assert a.send([*_short_run(f"{k + 1:032x}", 20), span(long_run, 100 + k, parent=9)]
+                      ) is None
+        assert a.release() == 1
+    assert len(sink.held) == 2 and a.spool.held() == (2, 2 * size)  # past a quarter
+    bodies, readers = a.spool.body, []
+
+    def read(rid: int) -> bytes | None:
+        readers.append(threading.current_thread().name)
+        return bodies(rid)
+
+    a.spool.body = read  # type: ignore[method-assign]
+    sender = threading.Thread(target=settle, args=(sink.held,), name="otel-eval-events")
+    sender.start()
+    sender.join()
+    assert readers == []  # delivered: the short runs' pairs left, no row thinned here
+    assert a.spool.held()[0] == 2
+    a.engine.process()  # the engine worker's next pass
+    assert readers and "otel-eval-events" not in readers
+    assert a.spool.held()[1] <= size
     a.crash()

@@ -197,14 +197,22 @@ class Durability:
     def evaluated(self, traces: Iterable[tuple[str, int]],
                   alone: Iterable[tuple[str, int]] = ()) -> None:
         """After the store's commit: a crash in between replays and supersedes. ``alone``:
-        revisions holding nothing of the earlier ones (``Spool.evaluated``)."""
+        revisions holding nothing of the earlier ones (``Spool.evaluated``). Deletes only:
+        this runs on a delivering sink's sender thread too (``Finishing._release``), whose
+        sending must not wait for rows to be thinned (``thin``, the engine's worker)."""
         if self.spool is None:
             return
         try:
-            self.spool.evaluated(traces, alone)
+            self.spool.evaluated(traces, alone, thin=False)
         except (sqlite3.Error, OSError):  # rows stay (replayed at start): count, go on
             log.exception("spool: deleting evaluated traces failed")
             self._metrics.spool.failed("delete")
+
+    def thin(self) -> None:
+        """The rows evaluations left half done thinned (``Spool.thin``; a failure counted
+        there): the engine's worker, off the engine lock, after each pass."""
+        if self.spool is not None:
+            self.spool.thin()
 
     def carried(self) -> set[str]:
         """The traces the spool replays with what a stored revision of them held (whole runs

@@ -307,8 +307,12 @@ class Engine:
 
     def process(self, max_traces: int | None = None) -> int:
         """Hand queued traces to the evaluation stage; returns how many. In process (the
-        default stage) they are evaluated, stored and exported before this returns."""
-        return self.finishing.process(max_traces)
+        default stage) they are evaluated, stored and exported before this returns. Then
+        the spool's rows that stored evaluations left half done are thinned, here (off the
+        lock), never on a sink's sender thread (``Durability.evaluated``)."""
+        n = self.finishing.process(max_traces)
+        self.durability.thin()
+        return n
 
     def _update_gauges(self) -> None:  # lock held
         asm = self._assembler
@@ -347,7 +351,7 @@ class Engine:
             self.finishing.enqueue(self._assembler.release_ended(self.clock(), "shutdown"))
             self._left_open = len(self._assembler)
         self._dropped()
-        self.process()
+        self.finishing.process()  # no thinning: the rows stay for the next start anyway
         self._last_pass_done = True
 
     @property

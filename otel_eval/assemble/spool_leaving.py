@@ -49,11 +49,13 @@ class Leaving:
     # --- evaluated (engine worker, after the store's commit) --------------------------------
 
     def evaluated(self, traces: Iterable[tuple[str, int]],
-                  alone: Iterable[tuple[str, int]] = ()) -> None:
+                  alone: Iterable[tuple[str, int]] = (), thin: bool = True) -> None:
         """These (trace id, revision) evaluations are stored: their pairs, and the requests
         left without one, leave the spool in one transaction (those of earlier revisions
         too: a revision holds what they held). ``alone``: revisions that hold nothing of the
-        earlier ones (only spans passed on): their own pairs only."""
+        earlier ones (only spans passed on): their own pairs only. ``thin``: then thin the
+        rows waiting for it (``thin``); False on a delivering sink's sender thread, whose
+        sending would wait for it (the engine's worker thins at its next pass)."""
         latest: dict[str, int] = {}
         for tid, rev in traces:
             latest[tid] = max(rev, latest.get(tid, rev))
@@ -66,6 +68,14 @@ class Leaving:
                   for rid, r in self._traces.get(tid, ()) if r == rev)]))
         if pairs:
             self._delete(pairs)
+            if thin:
+                self._thin_rows(self.max_bytes // 4)
+            self._report()
+
+    def thin(self) -> None:
+        """Thin the rows waiting for it while more than a quarter of ``max_bytes`` is held
+        (``_thin_rows``), off the engine lock: the engine's worker, after each pass."""
+        if self._thin and self.bytes > self.max_bytes // 4:
             self._thin_rows(self.max_bytes // 4)
             self._report()
 
