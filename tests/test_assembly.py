@@ -541,3 +541,23 @@ def test_a_run_that_ended_pushed_out_by_release_oldest_is_not_judged_cut() -> No
     out = [(t.status, t.release_reason) for t in a.release_oldest(3, now=3)]
     assert out == [("complete", "overflow"), ("complete", "overflow"),
                    ("truncated", "overflow")]
+
+
+def test_released_traces_kept_for_reopening_are_bounded_in_bytes() -> None:
+    """Released traces are kept with their spans for re-opening, bounded only by their
+    number (max_released_traces, 20,000): 20,000 runs of a few MB each, every one within
+    the pending budgets as it came, held tens of GB for reopen_window_s. They are bounded
+    in bytes too (max_released_bytes): the oldest are forgotten past it, and a late span
+    of one is refused ``late``, as past the window."""
+    cfg = dataclasses.replace(CFG, max_released_bytes=2500)
+    a = TraceAssembler(cfg)
+    runs = [f"{i + 1:032x}" for i in range(10)]
+    for t in runs:
+        root = span(t, 1)
+        root.nbytes = 1000
+        a.add([root], now=0)
+    assert len(a.tick(10)) == 10
+    assert a.released_bytes <= 2500
+    assert a.add([span(runs[0], 2, parent=1)], now=11).rejected == {"late": 1}
+    res = a.add([span(runs[-1], 2, parent=1)], now=11)
+    assert res.accepted == 1 and res.reopened == 1

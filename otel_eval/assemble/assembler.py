@@ -26,7 +26,8 @@ before or after its spans: a record for an unknown trace opens it (it is release
 spans that follow, or dropped as ``no_spans`` if none do). Records are held as their bytes
 (``decode.otlp_logs.HeldRecord``, counted in ``open_log_bytes``) and decoded when their
 trace is released.
-Spans for a trace released less than ``reopen_window_s`` ago re-open it (``revision`` + 1);
+Spans for a trace released less than ``reopen_window_s`` ago re-open it (``revision`` + 1;
+the newest ``max_released_traces``, holding ``max_released_bytes`` at most, are kept);
 its evaluation is then superseded. A span it already holds is a ``duplicate_span`` there too
 (a client retrying an acknowledged request re-opens nothing), and so is a log record it holds
 (``duplicate_log_record``: the same record's bytes; held twice, its event would read as the
@@ -150,6 +151,7 @@ class _Released:
     # released ``complete``: an item it has no room for cuts it (re-opened, released again
     # ``truncated``); any other is refused without re-opening it (nothing would change)
     complete: bool = False
+    nbytes: int = 0  # its spans' and records' bytes as received (``max_released_bytes``)
 
 
 @dataclass
@@ -186,6 +188,7 @@ class TraceAssembler:
         self._heap: list[tuple[float, str]] = []
         # Released traces that late spans may still re-open (spans kept), oldest first.
         self._reopenable: OrderedDict[str, _Released] = OrderedDict()
+        self.released_bytes = 0  # what ``_reopenable`` holds (``max_released_bytes``)
         # Ids of traces released earlier still (no spans kept): late spans for them are refused.
         self._tombstones: OrderedDict[str, None] = OrderedDict()
         # Ids of traces not open whose spans were refused for a service's share (``cut``),
@@ -489,7 +492,7 @@ class TraceAssembler:
             # a restart): nothing to compare, so any sender may re-open it. With
             # pass-through, another sender's span opens a passing trace in front of it
             return "foreign_sender"
-        self._reopenable.pop(trace_id, None)
+        self._unkeep(trace_id)
         tr = _Open(trace_id, {}, [], now, now, source=source, sender=sender,
                    service=service_of(span), cut=trace_id in self._cut)
         self._cut.pop(trace_id, None)
@@ -744,7 +747,7 @@ class TraceAssembler:
             self._close(tr)  # its heap entry goes stale (``tick`` skips it)
             if tr.parked is not None:  # the run it stood in front of stays as released
                 tr.parked.revision = tr.revision  # (revisions only go up: ``_start``)
-                self._reopenable[tid] = tr.parked
+                self._keep(tid, tr.parked)
                 self._tombstones[tid] = None
             self.open_spans -= len(tr.spans) + len(tr.passed)
             self.open_bytes -= tr.nbytes
@@ -809,15 +812,15 @@ class TraceAssembler:
         if tr.parked is not None:  # only another sender's spans, to pass on: the run
             tr.parked.at = now  # parked stays as released (neither evaluated nor sent again)
             tr.parked.revision = tr.revision  # the next re-open's revision follows this one
-            self._reopenable[tr.trace_id] = tr.parked
+            self._keep(tr.trace_id, tr.parked)
         else:
             # a re-open carries the spans evaluated, not those passed on: forwarded once,
             # they are not held past the release (memory: max_released_traces x
             # max_spans_per_trace)
-            self._reopenable[tr.trace_id] = _Released(now, tr.spans, tr.revision, tr.sender,
-                                                      tr.logs, trace.finished, tr.log_keys,
-                                                      tr.cut, tr.root_ended, tr.full,
-                                                      status == "complete")
+            self._keep(tr.trace_id, _Released(
+                now, tr.spans, tr.revision, tr.sender, tr.logs, trace.finished, tr.log_keys,
+                tr.cut, tr.root_ended, tr.full, status == "complete",
+                sum(s.nbytes for s in tr.spans.values()) + tr.log_bytes))
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)
         self._forget(now)
@@ -830,12 +833,26 @@ class TraceAssembler:
             if self._dropped_revisions.get(trace_id) == revision:
                 del self._dropped_revisions[trace_id]
 
+    def _keep(self, trace_id: str, released: _Released) -> None:
+        """``released`` kept for re-opening (newest last), its bytes counted."""
+        self._unkeep(trace_id)
+        self._reopenable[trace_id] = released
+        self.released_bytes += released.nbytes
+
+    def _unkeep(self, trace_id: str) -> None:
+        if (old := self._reopenable.pop(trace_id, None)) is not None:
+            self.released_bytes -= old.nbytes
+
     def _forget(self, now: float) -> None:
+        """Released traces past ``reopen_window_s``, ``max_released_traces`` or
+        ``max_released_bytes`` (the oldest first) are no longer re-opened; tombstones past
+        ``max_tombstones`` go."""
         cfg = self.config
         rel = self._reopenable
         while rel and (len(rel) > cfg.max_released_traces
+                       or self.released_bytes > cfg.max_released_bytes
                        or now - next(iter(rel.values())).at > cfg.reopen_window_s):
-            rel.popitem(last=False)
+            self.released_bytes -= rel.popitem(last=False)[1].nbytes
         while len(self._tombstones) > cfg.max_tombstones:
             self._tombstones.popitem(last=False)
 

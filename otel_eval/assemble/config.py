@@ -56,6 +56,10 @@ class AssemblyConfig:
     overflow_policy: Literal["throttle", "release_oldest"] = "throttle"
     # Recently released traces kept (with their spans) for re-opening: bounds reopen memory.
     max_released_traces: int = 20_000
+    # Bytes (as received) of the spans and GenAI log records those released traces hold: the
+    # oldest are forgotten past it (their late spans then refused `late`, as past
+    # reopen_window_s), so reopen memory is bounded in bytes, not only in traces.
+    max_released_bytes: int = 256 * 1024 * 1024
     # Ids of released traces remembered (no spans) so that very late spans are refused as
     # `late` instead of starting a fragment that would replace a full evaluation.
     max_tombstones: int = 1_000_000
@@ -105,7 +109,8 @@ class AssemblyConfig:
         validate(self, minimum={
             "grace_s": 0, "idle_timeout_s": 0, "max_trace_duration_s": 0, "reopen_window_s": 0,
             "max_open_traces": 1, "max_spans_per_trace": 1, "max_pending_spans": 1,
-            "max_released_traces": 0, "max_tombstones": 0, "max_pending_bytes": 1,
+            "max_released_traces": 0, "max_released_bytes": 0, "max_tombstones": 0,
+            "max_pending_bytes": 1,
             "max_pending_log_bytes": 1,
             "pressure_idle_s": 0, "max_log_records_per_trace": 1,
             "max_pending_log_records": 1},
