@@ -100,3 +100,28 @@ def test_a_line_that_is_no_request_costs_that_line_not_the_file(
     assert WEATHER in by_id(load_file(path, on_error=errors.append))
     assert len(errors) == 1 and errors[0].problem.startswith("line 1: not an OTLP")
     assert errors[0].problem.endswith(" (and 1 more lines not read)")
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("timestamp", "1965-03-19T16:32:11Z"),  # before 1970: no OTLP time (fixed64) says it
+    ("timestamp", "2500-03-19T16:32:11Z"),  # past int64 ns: serve rejects it
+    ("duration", "P400D"),  # longer than a year: serve refuses it from the run
+    ("events", [{"Timestamp": "2500-01-01T00:00:00Z", "Name": "x"}]),  # an event's time
+], ids=["before-1970", "past-int64", "over-a-year", "event-past-int64"])
+def test_a_span_tree_span_with_times_serve_rejects_is_reported_not_evaluated(
+        tmp_path: Path, field: str, value: object) -> None:
+    """A span whose times serve cannot take (before 1970, past int64 ns, an event's, or
+    longer than a year) is ``invalid_timestamp`` there, the rest of its run evaluated; an
+    OpenInference span tree with one was evaluated whole (a run of 400 days, a start time
+    in 2500 in its result, and ``replay`` failing to encode a time before 1970)."""
+    doc = json.loads((DATA / "span_tree.json").read_text())
+    tool = doc["spans"][0]["child_spans"][0]["child_spans"][1]
+    assert tool["span_name"] == "FinalAnswerTool"
+    tool[field] = value
+    path = tmp_path / "tree.json"
+    path.write_text(json.dumps(doc))
+    errors: list[LoaderError] = []
+    (trace,) = load_file(path, on_error=errors.append)
+    assert tool["span_id"] not in {s.span_id for s in trace.spans}
+    assert len(trace.spans) == 3
+    assert [e.problem for e in errors] == ["1 span(s) rejected: 1 invalid_timestamp"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from otel_eval.base.model import Span, SpanEvent
 from otel_eval.base.printable import quoted
+from otel_eval.decode.otlp import MAX_SPAN_DURATION_NS, MAX_TIME_NS
 from otel_eval.receive.loaders.files import LoaderError
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -94,7 +95,7 @@ def _span(raw: dict[str, Any], trace_id: str, resources: _Interner) -> Span:
     else:
         end = iso_to_ns(raw["end_time"]) if raw.get("end_time") else 0
     attrs = raw.get("span_attributes", raw.get("attributes"))
-    events = raw.get("events") or []
+    events = [_event(e) for e in raw.get("events") or [] if isinstance(e, dict)]
     return Span(
         str(raw.get("trace_id") or trace_id), str(raw["span_id"]),
         str(raw["parent_span_id"]) if raw.get("parent_span_id") else None,
@@ -103,10 +104,22 @@ def _span(raw: dict[str, Any], trace_id: str, resources: _Interner) -> Span:
         status=_code(raw.get("status_code"), "status_code_", "unset"),
         status_message=str(raw.get("status_message") or ""),
         attributes=dict(attrs) if isinstance(attrs, dict) else {},
-        events=[_event(e) for e in events if isinstance(e, dict)],
+        events=events,
         resource=resources.get(raw.get("resource_attributes")),
         scope=str(raw.get("scope_name") or ""),
+        unevaluable=_unevaluable(start, end, events),
     )
+
+
+def _unevaluable(start: int, end: int, events: list[SpanEvent]) -> str | None:
+    """``invalid_timestamp`` for the times ``serve`` cannot take (``decode.otlp``): before
+    1970 or past int64 ns (the span's or an event's: OTLP's are fixed64, serve rejects
+    those past int64), or a span longer than a year; assembly then refuses the span with
+    that reason (reported), the rest of its run evaluated, as ``serve`` evaluates it."""
+    times = [start, end, *(e.time_unix_nano for e in events)]
+    if min(times) < 0 or max(times) > MAX_TIME_NS or end - start > MAX_SPAN_DURATION_NS:
+        return "invalid_timestamp"
+    return None
 
 
 def from_doc(doc: Any, path: Path) -> list[Span]:
