@@ -43,3 +43,24 @@ def test_a_duplicate_span_is_refused_as_serve_refuses_it(
     with caplog.at_level(logging.WARNING, "otel_eval.receive.loaders.files"):
         assert len(load_file(path)) == 2  # without on_error: logged, the file still loads
     assert "1 duplicate_span" in caplog.text
+
+
+@pytest.mark.parametrize("order", [("a", "b"), ("b", "a")])
+def test_a_trace_in_two_files_takes_the_same_source_whatever_their_order(
+        tmp_path: Path, order: tuple[str, str]) -> None:
+    """A trace's ``source`` is the first by name of the files holding its spans, whatever
+    the order they were read in; a copy of the same export in two files (given as
+    ``b.json a.json``, or a glob in another locale's order) took the file read first, its
+    copy's spans all refused as ``duplicate_span``, so the same files gave another source."""
+    from otel_eval.receive.loaders import load_paths
+
+    a = "a" * 32
+    spans = [_span(a, 1, None), _span(a, 2, 1)]
+    text = json.dumps(request_to_json(encode_spans(spans)))
+    for name in order:
+        (tmp_path / f"{name}.json").write_text(text)
+    errors: list[LoaderError] = []
+    (trace,) = load_paths([tmp_path / f"{n}.json" for n in order], on_error=errors.append)
+    assert trace.source == str(tmp_path / "a.json")
+    assert len(trace.spans) == 2
+    assert [e.problem for e in errors] == ["2 span(s) rejected: 2 duplicate_span"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from pathlib import Path
 
 from otel_eval.assemble.assembler import TraceAssembler
@@ -115,14 +115,23 @@ class FileAssembly:
             _rejected(added.rejected, noun, source, on_reject)
             took = added.traces  # in the order the file shows them (a set has none)
             self._touched.update(dict.fromkeys(i.trace_id for i in items if i.trace_id in took))
-            for trace_id in took if noun == "span" else ():
-                first = self._sources.get(trace_id)
-                if first is None or source < first:
-                    self._sources[trace_id] = source
+            if noun == "span":
+                self._source(spans, took, source)
         for trace_id, n in Counter(r.trace_id for r in logs).items():
             if trace_id in took:  # the traces that took the file's records
                 self._records.setdefault(trace_id, Counter())[source] += n
         return []
+
+    def _source(self, spans: list[Span], took: Container[str], source: str) -> None:
+        """``source`` for the traces it holds spans of, when first by name: those that took
+        its spans, and those still open whose spans it held again (a copy of the same
+        export, refused as ``duplicate_span``: the file read first took them, the order of
+        the files must not change the source)."""
+        sources = self._sources
+        for trace_id in dict.fromkeys(s.trace_id for s in spans):
+            first = sources.get(trace_id)
+            if (first is None and trace_id in took) or (first is not None and source < first):
+                sources[trace_id] = source
 
     def ended(self) -> list[Trace]:
         """Once ``HELD_TRACES``, ``HELD_SPANS`` or ``HELD_BYTES`` wait, the traces touched
