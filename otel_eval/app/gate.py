@@ -5,9 +5,9 @@ finding of that detector at ``warning`` or ``error`` (its notes, at ``info``, ne
 The conversations' session records ``eval`` makes (docs/sessions.md) are read alike, whatever
 ``--format``: a session whose verdict did not pass trips ``failed``, a session finding of a
 named detector (a loop across turns) trips that name.
-Tripped, eval exits ``EXIT_GATE`` (3), distinct from 1 (a file could not be read, no trace)
-and 2 (a wrong flag or configuration); the traces and conversations that tripped it are
-counted on stderr."""
+Tripped, eval exits ``EXIT_GATE`` (3), distinct from 1 (a file could not be read, or spans
+in one were refused; no trace) and 2 (a wrong flag or configuration); the traces and
+conversations that tripped it are counted on stderr."""
 
 from __future__ import annotations
 
@@ -26,8 +26,11 @@ FAIL_ON: tuple[str, ...] = ("failed", *DETECTOR_NAMES,
 # eval's exit codes, for ``--help`` and docs/guide.md (generated from this table).
 EXIT_GATE = 3
 EVAL_EXIT_CODES: dict[int, str] = {
-    0: "every file read; nothing tripped `--fail-on` (without it: whatever the verdicts)",
-    1: "a file could not be read (each named on stderr), or the input holds no trace",
+    0: "every file read, nothing in it refused; nothing tripped `--fail-on` (without it: "
+       "whatever the verdicts)",
+    1: "a file could not be read, or spans or log records in one were refused or dropped "
+       "(a copy of ones already read: `duplicate_span`, `late`; invalid ids or times; each "
+       "file named on stderr with the reasons), or the input holds no trace",
     2: "a wrong flag, or a configuration that cannot be used (named on stderr)",
     EXIT_GATE: "a trace or a conversation (session) tripped `--fail-on` (counted on stderr "
                "by what tripped it); wins over 1",

@@ -164,3 +164,18 @@ def test_eval_of_no_trace_says_so_and_exits_1(tmp_path: Path) -> None:
             assert done.returncode == 1, done.stderr
             assert f"otel-eval eval: no trace in {path}" in done.stderr
             assert "Traceback" not in done.stderr
+
+
+def test_eval_exit_1_is_documented_for_a_file_read_with_spans_refused(tmp_path: Path) -> None:
+    """A copy of an export given twice is read whole, its spans refused (``duplicate_span``)
+    and reported, and eval exits 1 (as replay does for the copy); the exit codes (``--help``,
+    docs/guide.md) said 1 meant a file could not be read, and 0 every file read: a CI job
+    reading them took a file read with a problem for a missing file."""
+    copy = (ROOT / "tests" / "data" / "loaders" / "otlp_request.json").read_text()
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text(copy)
+    done = _cli("eval", str(tmp_path / "a.json"), str(tmp_path / "b.json"))
+    assert done.returncode == 1, done.stderr
+    assert "duplicate_span" in done.stderr
+    usage = " ".join(_cli("eval", "--help").stdout.split())
+    assert "1: a file could not be read, or spans or log records in one were refused" in usage
