@@ -59,7 +59,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     run = run_from_args(args)
     gate = Gate(args.fail_on)
     _earned.append(gate.code)
-    rows: list[dict[str, Any]] = []
+    rows: list[_Row] = []  # --format table: each trace's cells, not its result
     trials = []
     sessions = SessionCollector(run.cfg.sessions, run.evaluator.predictor)
     evaluated = 0
@@ -70,7 +70,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         if args.format == "jsonl":  # = json.dumps(to_json()), from the text stored
             out.write(evaluation.to_json_ascii() + "\n")
         else:
-            rows.append(evaluation.to_json())
+            rows.append(_table_row(evaluation.to_json()))
         if evaluation.trajectory.session_id is not None:  # a turn: its session gated too
             sessions.add(evaluation.to_json(), len(evaluation.to_json_text()))
     if args.format == "table":
@@ -190,28 +190,39 @@ def _print_trials(trials: Sequence[Any], out: TextIO) -> None:
               f"pass^k {mean_hat:.2f}; {lucky} lucky passes\n")
 
 
-def _print_table(rows: Sequence[dict[str, Any]], out: TextIO) -> None:
-    predicted = any("prediction" in b for b in rows)  # a p_success column with --model
+# A trace's line of the table: its cells, its p_success (None: not predicted), and whether
+# it failed. The table is printed once every width is known: a line is kept per trace, never
+# its whole result (up to ``trajectory.max_result_bytes`` each, ~100x the line).
+_Row = tuple[tuple[str, ...], str | None, bool]
+
+
+def _table_row(b: dict[str, Any]) -> _Row:
+    v = b.get("verdict")
+    kinds = sorted({f"{f['detector']}:{f['kind']}" for f in b["findings"]})
+    tokens = tokens_total(b["usage"])
+    # span content (the agent; a file's trace id): escaped as ``show`` does, then cut
+    cells = (printable(b["trace_id"]), printable(str(b["agent"] or "-"))[:24],
+             printable(b["status"]),
+             str(b["counts"]["llm_calls"]), str(b["counts"]["tool_calls"]),
+             "-" if tokens is None else str(tokens),
+             "-" if v is None else ("pass" if v["passed"] else "FAIL"),
+             printable(", ".join(kinds))[:60] or "-")
+    p = f"{b['prediction']['p_success']:.2f}" if "prediction" in b else None
+    return cells, p, bool(v and not v["passed"])
+
+
+def _print_table(rows: Sequence[_Row], out: TextIO) -> None:
+    predicted = any(p is not None for _, p, _ in rows)  # a p_success column with --model
     head = ("trace_id", "agent", "status", "llm", "tools", "tokens", "verdict",
             *(("p_success",) if predicted else ()), "findings")
     lines = [head]
-    for b in rows:
-        v = b.get("verdict")
-        kinds = sorted({f"{f['detector']}:{f['kind']}" for f in b["findings"]})
-        p = (f"{b['prediction']['p_success']:.2f}" if "prediction" in b else "-",)
-        tokens = tokens_total(b["usage"])
-        # span content (the agent; a file's trace id): escaped as ``show`` does, then cut
-        lines.append((printable(b["trace_id"]), printable(str(b["agent"] or "-"))[:24],
-                      printable(b["status"]),
-                      str(b["counts"]["llm_calls"]), str(b["counts"]["tool_calls"]),
-                      "-" if tokens is None else str(tokens),
-                      "-" if v is None else ("pass" if v["passed"] else "FAIL"),
-                      *(p if predicted else ()), printable(", ".join(kinds))[:60] or "-"))
+    for cells, p, _ in rows:
+        lines.append((*cells[:-1], *((p or "-",) if predicted else ()), cells[-1]))
     widths = [max(columns(r[i]) for r in lines) for i in range(len(head) - 1)]
     for r in lines:
         out.write("  ".join(padded(c, w) for c, w in zip(r, widths, strict=False)) + "  "
                   + r[-1] + "\n")
-    failed = sum(1 for b in rows if b.get("verdict") and not b["verdict"]["passed"])
+    failed = sum(1 for _, _, f in rows if f)
     out.write(f"\n{len(rows)} traces, {failed} failed\n")
 
 
