@@ -445,3 +445,14 @@ def _gzip(data: bytes) -> bytes:
     import gzip
 
     return gzip.compress(data, 9)
+
+
+def test_a_reply_in_an_encoding_not_asked_for_is_refused_naming_it(llm: FakeLLM) -> None:
+    """A reply sent ``Content-Encoding: br`` (we ask for gzip or deflate only) was refused as
+    'over max_reply_bytes (not read further)': the log sent the operator to raise a bound the
+    small reply was nowhere near. The error now names the encoding."""
+    llm.script(Reply(200, b"\x1b\x00\x00", {"Content-Encoding": "br"}), good(GOOD))
+    r = call(llm, max_reply_bytes=1_000_000)
+    assert (r.status, r.attempts, len(llm.requests)) == ("parse_error", 1, 1)
+    assert "max_reply_bytes" not in r.error
+    assert "encoded 'br'" in r.error and "not asked for" in r.error

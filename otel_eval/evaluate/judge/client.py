@@ -440,8 +440,9 @@ class JudgeClient:
                     self._account_unread(request, result, min(
                         c.output_tokens, math.ceil(c.max_reply_bytes / CHARS_PER_TOKEN)))
                     result.status = "parse_error"
-                    result.error = (f"the reply is over max_reply_bytes {c.max_reply_bytes} "
-                                    "(not read further)")
+                    result.error = read.refused or (
+                        f"the reply is over max_reply_bytes {c.max_reply_bytes} "
+                        "(not read further)")
                     return None
                 status, delay = self._classify(e, attempt)
                 if status == "timeout":  # the prompt was sent: billed, whatever came back

@@ -51,11 +51,14 @@ ENVELOPE_BYTES = 64 * 1024
 @dataclass(slots=True)
 class Reading:
     """One call's bound on the body read, in bytes, whether a reply went over it, and
-    whether its request reached the server whole (``sent``: billed, whatever happens next)."""
+    whether its request reached the server whole (``sent``: billed, whatever happens next);
+    ``refused``: why a reply was cut for another reason than its size (an encoding not asked
+    for), "" when cut for its size."""
 
     limit: int
     cut: bool = False
     sent: bool = False
+    refused: str = ""
 
 
 _READING: ContextVar[Reading | None] = ContextVar("otel_eval_judge_reading", default=None)
@@ -144,8 +147,10 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
             inflated = _Inflated(encoding)
         elif encoding != "identity":  # none other is asked for (Accept-Encoding, httpx's)
             state.cut = True
+            state.refused = (f"the reply is encoded {encoding[:40]!r}, not asked for "
+                             "(gzip or deflate; not read)")
             await response.aclose()
-            raise ReplyTooLarge(f"the reply is encoded {encoding[:40]!r}, not inflated here")
+            raise ReplyTooLarge(state.refused)
         return httpx.Response(response.status_code, headers=headers,
                               stream=_Counted(response.stream, state, inflated),
                               extensions=response.extensions, request=request)
