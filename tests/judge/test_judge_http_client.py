@@ -134,7 +134,7 @@ def test_an_anthropic_request_sent_then_cut_by_the_stop_is_spent(llm: FakeLLM) -
         await q.shutdown(0.0)
 
     asyncio.run(asyncio.wait_for(main(), 30))
-    assert calls.paid == [("trace", "error")]
+    assert calls.paid == [("trace", "cancelled")]
     (ev, reason), = skipped
     totals = ev.judge.get("totals", {})
     assert reason == "shutdown" and totals.get("calls") == 1, ev.judge

@@ -61,7 +61,10 @@ from otel_eval.evaluate.judge.transport import (
 
 log = logging.getLogger(__name__)
 
-CallStatus = Literal["ok", "parse_error", "timeout", "rate_limited", "error", "budget_exceeded"]
+# cancelled: cut by otel-eval itself (its stop, or the call's judgement ended) once billed;
+# not the provider's failure (OtelEvalJudgeFailing does not count it)
+CallStatus = Literal["ok", "parse_error", "timeout", "rate_limited", "error", "budget_exceeded",
+                     "cancelled"]
 CALL_STATUSES: tuple[CallStatus, ...] = get_args(CallStatus)
 Messages = list[dict[str, str]]
 Check = Callable[[dict[str, Any]], str | None]  # semantic check: error text or None

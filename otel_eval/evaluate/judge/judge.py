@@ -204,7 +204,8 @@ class Judge:
         by the observer under ``request.name``; the messages are sent as given (redacted).
         Cancelled (the stop, or its judgement ended) after a reply came (a repair under way)
         or once the server had its request (billed: its prompt estimated, as a timed-out
-        one's), it is counted as an ``error`` with what it had paid for, and ``cut(result)``
+        one's), it is counted as ``cancelled`` (ours, not the provider's failure) with what it
+        had paid for, and ``cut(result)``
         records them where the caller keeps its spending; then the cancel goes on."""
         result = CallResult("ok", model=self.config.model)
         started = self.client.clock()
@@ -213,7 +214,7 @@ class Judge:
                                    request.check, result)
         except asyncio.CancelledError:
             if result.input_tokens:  # a request paid for (every one billed has input tokens)
-                result.status, result.data = "error", None
+                result.status, result.data = "cancelled", None
                 result.latency_s = max(self.client.clock() - started, 0.0)
                 result.error = "cut before it ended (the stop, or its judgement ended)"
                 self._observe(request, result)
