@@ -187,6 +187,14 @@ def _steps(counts: dict[str, Any]) -> str:
     return f"{steps} steps, " if isinstance(steps, int) else ""
 
 
+def _status(t: dict[str, Any]) -> str:
+    """The run's status, with why it was cut (``release_reason``) when it was."""
+    reason = t.get("release_reason")
+    if t.get("status") == "truncated" and isinstance(reason, str) and reason:
+        return f"truncated ({_short(reason, 40)})"
+    return str(t.get("status"))
+
+
 def render_text(t: dict[str, Any], width: int = 100, full: bool = False,
                 redact: Redact = None) -> str:
     """The tree as terminal text: tool results and LLM content, errors, findings' messages,
@@ -198,7 +206,7 @@ def render_text(t: dict[str, Any], width: int = 100, full: bool = False,
     mark = "-" if verdict is None else ("PASS" if verdict["passed"] else "FAIL")
     who = " / ".join(str(x) for x in (t.get("service"), t.get("agent")) if x) or "-"
     lines = [f"trace {printable(str(t['trace_id']))}  {_short(who, 120)}  "
-             f"task {_short(t.get('task_id') or '-', 80)}  {t.get('status')}  {mark}",
+             f"task {_short(t.get('task_id') or '-', 80)}  {_status(t)}  {mark}",
              f"  {_steps(t['counts'])}{t['counts']['spans']} spans, "
              f"{t['counts']['llm_calls']} LLM calls, "
              f"{t['counts']['tool_calls']} tool calls, {t['counts']['errors']} errors; "

@@ -29,6 +29,12 @@ Severity = Literal["info", "warning", "error"]
 NOT_ENDED_KINDS = frozenset({"incomplete", "truncated", "halted", "length_stop",
                              "pending_tool_calls"})
 
+# Release reasons (``model.Trace.release_reason``) of a run otel-eval itself cut while it went
+# on, for room (``release_oldest``'s overflow, slot pressure) or because spans of it were
+# refused for their service's share: no evidence about how the run ended (``non_termination``
+# reports the note ``evaluation/run_cut``, not ``truncated``).
+OWN_CUT_REASONS = frozenset({"overflow", "pressure", "service_share"})
+
 
 # (detector, kind) of the findings that are notes, not problems: the code reports them at
 # severity info alone (never a reason) because they say no part of the run failed: it went
@@ -43,7 +49,7 @@ NOTE_KINDS = frozenset({("reference", "match"), ("reference", "unknown"),
                         ("reference", "answer_match"), ("reference", "answer_unknown"),
                         ("recovery", "recovered"),
                         ("budget", "cost_unknown"), ("evaluation", "result_truncated"),
-                        ("evaluation", "spans_cut")})
+                        ("evaluation", "spans_cut"), ("evaluation", "run_cut")})
 
 # (detector, kind) of the findings that say otel-eval itself failed to evaluate part of the
 # run (a detector or reader raised: ``evaluate.detectors.evaluation_error``). Reported at
@@ -145,6 +151,7 @@ class Evaluation:
                 "agent_source": t.agent_source,
                 "task_id": t.task_id,
                 "status": t.status,
+                **({"release_reason": t.release_reason} if t.release_reason else {}),
                 "convention": t.convention,
                 "revision": t.revision,
                 "start_time_unix_nano": t.start_ns,

@@ -264,6 +264,10 @@ class Trajectory:
     session_id: str | None = None
     user_id: str | None = None
     conversation_sources: dict[str, str] = field(default_factory=dict)
+    # why assembly released it (``model.Trace.release_reason``: ``root_ended``,
+    # ``idle_timeout``, ``max_duration``, ``overflow``, ``pressure``, ``service_share``,
+    # ``trace_too_large``, ``shutdown``, ``eof``); "" when not known
+    release_reason: str = ""
 
     @property
     def root_step(self) -> Step | None:

@@ -196,3 +196,19 @@ def test_a_run_that_ended_with_spans_cut_is_no_run_that_did_not_end() -> None:
     t.steps[0].end_ns = 0  # cut while it went on (its root has not ended)
     [f] = non_termination.detect(t, DetectorsConfig(), Context())
     assert f.kind == "truncated" and f.kind in NOT_ENDED_KINDS
+
+
+@pytest.mark.parametrize("reason", ["overflow", "pressure", "service_share"])
+def test_a_run_otel_eval_cut_while_it_went_on_is_a_note(reason: str) -> None:
+    """A run otel-eval pushed out for room or missing spans refused for a share, its root not
+    ended, was ``non_termination/truncated`` (counted as not ended: the non-termination
+    alert paged for otel-eval's own lack of room). Now the note ``evaluation/run_cut`` with
+    its reason; a run cut at its maximum duration is still ``truncated``."""
+    t = traj(tool("a"), llm(None), status="truncated", output=None)
+    t.release_reason = reason
+    [f] = non_termination.detect(t, DetectorsConfig(), Context())
+    assert (f.detector, f.kind, f.severity) == ("evaluation", "run_cut", "info")
+    assert (f.detector, f.kind) in NOTE_KINDS and f.attributes == {"release_reason": reason}
+    t.release_reason = "max_duration"
+    assert kinds(non_termination.detect(t, DetectorsConfig(), Context())) == [
+        "non_termination/truncated"]

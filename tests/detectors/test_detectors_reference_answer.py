@@ -185,6 +185,19 @@ def test_the_last_reply_of_a_run_that_did_not_end_is_no_final_answer() -> None:
         assert [f.kind for f in findings] == [expected], kind
 
 
+def test_the_last_reply_of_a_run_otel_eval_cut_is_no_final_answer() -> None:
+    """A run otel-eval cut while it went on (the note ``evaluation/run_cut``: pushed out
+    for room) gave no final answer either: its last reply is unknown, not a mismatch."""
+    from otel_eval.base.results import Finding
+
+    t = traj(llm("x"), output="Let me check Lyon first", task_id="t1", status="truncated")
+    t.answer = "Let me check Lyon first"
+    cut = Finding("evaluation", "run_cut", "info", "m", attributes={"release_reason": "overflow"})
+    findings = reference.detect(t, DetectorsConfig(),
+                                Context(reference=answer_ref("Paris"), findings=(cut,)))
+    assert [f.kind for f in findings] == ["answer_unknown"]
+
+
 
 @pytest.mark.parametrize(("expected", "kind"), [
     ({"answer": "Paris"}, "an object"), (["Paris"], "an array"), (True, "true")])

@@ -526,3 +526,29 @@ def test_one_service_cannot_fill_the_spool_for_the_others(tmp_path: Path) -> Non
         resp, err = _raw_export(h, encode.encode_spans(batch).SerializeToString())
         assert err is None and resp is not None
         assert resp.partial_success.rejected_spans == 1  # the noisy one's new run only
+
+
+def test_a_run_otel_eval_cut_for_room_is_no_run_that_did_not_end(tmp_path: Path) -> None:
+    """A one-span run that gave way under slot pressure (reason `pressure`) was released
+    `truncated` with `non_termination/truncated`, a kind of ``NOT_ENDED_KINDS``: counted in
+    `otel_eval_traces_non_terminated_total`, so otel-eval running out of room paged for the
+    agent (OtelEvalNonTerminationRateHigh), and its stored result did not say why it was
+    cut. Now it is the note `evaluation/run_cut` (info, not counted as not ended) and the
+    result carries `release_reason`."""
+    with running_service(tmp_path, **{"assembly.max_open_traces": 100,
+                                      "assembly.pressure_idle_s": 30.0}) as h:
+        assert _send(h, [s for i in range(100) for s in _trace(i)]) is None
+        h.clock.now += 31
+        assert _send(h, _trace(1001, 3)) is None  # one flood trace gave way
+        assert h.svc.engine.process() == 1
+        stored = h.svc.store.get(f"{1:032x}")
+        assert stored is not None
+        assert (stored["status"], stored["release_reason"]) == ("truncated", "pressure")
+        kinds = {(f["detector"], f["kind"], f["severity"]) for f in stored["findings"]}
+        assert ("evaluation", "run_cut", "info") in kinds
+        assert not any(f["detector"] == "non_termination" for f in stored["findings"])
+        labels = {"service": "agents", "agent": stored["agent"] or "unknown"}
+        assert h.sample("otel_eval_traces_completed_total", status="truncated", **labels) == 1
+        assert h.sample("otel_eval_detector_findings_total", detector="evaluation",
+                        kind="run_cut", severity="info", **labels) == 1
+        assert h.sample("otel_eval_traces_non_terminated_total", **labels) == 0

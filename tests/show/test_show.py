@@ -137,6 +137,16 @@ def test_a_deep_trace_renders_without_recursion() -> None:
 
 
 
+def test_show_says_why_a_run_was_cut() -> None:
+    """A run released ``truncated`` showed only that: whether otel-eval cut it for room
+    (``pressure``) or at its maximum duration was in no view. Its line names the reason."""
+    body = {"trace_id": "e" * 32, "status": "truncated", "release_reason": "pressure",
+            "steps": [], "verdict": None, "findings": [],
+            "counts": {"spans": 1, "llm_calls": 0, "tool_calls": 0, "errors": 0},
+            "usage": {"input_tokens": 0, "output_tokens": 0}}
+    assert "  truncated (pressure)  " in render_text(tree(body)).splitlines()[0]
+
+
 def test_show_only_reads_the_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The store file is only read: show opened it as serve does, so an empty file became a
     94 kB store (and "no evaluation for trace") and an older store was migrated."""

@@ -226,3 +226,10 @@ def test_the_reference_line_shows_the_answer_s_match() -> None:
     assert line({"answer": "mismatch"}) == ["reference: answer mismatch"]
     assert line({"match": "in_order", "matched": True, "score": 1.0, "answer": "unknown"}) == [
         "reference: matched (in_order, score 1.0); answer unknown"]
+
+
+def test_the_run_page_says_why_a_run_was_cut() -> None:
+    """A run released ``truncated`` showed only that: whether otel-eval cut it for room or at
+    its maximum duration was in no view. Its status names the reason."""
+    html = run_page(tree(_run(1, status="truncated", release_reason="pressure")), None)
+    assert "status truncated (pressure)" in html

@@ -242,10 +242,11 @@ class NonTerminationConfig:
     # Severity when no final output could be found at all (some instrumentations do not
     # record it, so this is a warning by default).
     no_output_severity: Severity = "warning"
-    # Severity for a trace cut (`truncated`: at the maximum trace duration, by the
-    # `release_oldest` overflow, missing spans refused for a service's share, or spans past
-    # `assembly.max_spans_per_trace`; when the run's root ended, the run ended: an info note
-    # `evaluation/spans_cut` instead, not counted as non-terminated).
+    # Severity for a trace cut at the maximum trace duration (`truncated`). When the run's
+    # root ended (spans past `assembly.max_spans_per_trace`, or refused for a share), the run
+    # ended: an info note `evaluation/spans_cut` instead; one otel-eval cut while it went on
+    # (the `release_oldest` overflow, slot pressure, spans refused for a service's share):
+    # the note `evaluation/run_cut`; neither counted as non-terminated.
     truncated_severity: Severity = "warning"
 
     def __post_init__(self) -> None:

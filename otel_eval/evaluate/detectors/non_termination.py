@@ -18,6 +18,13 @@ trace whose root (a span without a parent) ended is a run that ended with spans 
 is the note ``evaluation/spans_cut`` (info: it describes the measurement, not the agent),
 not ``truncated``: not counted as a run that did not end, nor one that did not finish on its
 own terms (``p_success``), nor a ``non_termination`` finding for ``--fail-on``.
+A run otel-eval itself cut while it went on (``results.OWN_CUT_REASONS``: pushed out by
+``release_oldest`` (``overflow``), given way under slot pressure (``pressure``), or missing
+spans refused for their service's share (``service_share``)) is no evidence of how it ended
+either: the note ``evaluation/run_cut`` (info, its ``release_reason`` in ``attributes``),
+never counted as not ended, so otel-eval running out of room pages for no agent. A run cut
+at ``assembly.max_trace_duration_s`` (``max_duration``: it went on past the bound set for a
+run) is ``truncated``.
 
 ``results.NOT_ENDED_KINDS`` are the findings that mean the run did not end; they alone count as
 a non-terminated trace in metrics and alerts (a failed or silent run did end).
@@ -28,7 +35,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from otel_eval.base.results import Finding
+from otel_eval.base.results import OWN_CUT_REASONS, Finding
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.conventions.messages import STOP_REASONS
 from otel_eval.evaluate.detectors.calls import Context, calls_for
@@ -78,6 +85,11 @@ def _status(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:
                         "the run ended, but spans or events of it were not read (past the "
                         "per-trace limit, or refused for their service's share): not the whole run",
                         ids, idx)]
+    if trajectory.status == "truncated" and trajectory.release_reason in OWN_CUT_REASONS:
+        return [Finding("evaluation", "run_cut", "info",
+                        f"otel-eval cut the run while it went on ({trajectory.release_reason}"
+                        "): not the whole run, and no sign of how it ended", ids, idx,
+                        {"release_reason": trajectory.release_reason})]
     if trajectory.status == "truncated":
         return [Finding("non_termination", "truncated", cfg.truncated_severity,
                         "the trace was cut (its maximum duration, an overflow, spans "

@@ -24,7 +24,8 @@ An answer that is not known whole is no mismatch: none recorded, the text of a J
 or array that never closes (``values.cut_json``, cut at an attribute length limit) or as long
 as the configured ``answer_length_limit`` (the SDK's ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``:
 the rest may be past the cut); nor is the last reply of a run that did not end (a
-``non_termination`` finding of ``NOT_ENDED_KINDS``: a stop is not a verdict). Findings:
+``non_termination`` finding of ``NOT_ENDED_KINDS``, or the note ``evaluation/run_cut`` of a
+run otel-eval cut while it went on: a stop is not a verdict). Findings:
 ``reference/answer_match`` (info), ``reference/answer_mismatch`` (the reference severity)
 and ``reference/answer_unknown`` (info).
 """
@@ -138,9 +139,10 @@ def unread_numerals(answer: str) -> bool:
 
 def _ended(findings: Sequence[Finding]) -> bool:
     """Whether the run ended, as far as the detectors before know (``non_termination``'s
-    ``NOT_ENDED_KINDS``): a run that did not end gave no final answer, only a last reply."""
-    return not any(f.detector == "non_termination" and f.kind in NOT_ENDED_KINDS
-                   for f in findings)
+    ``NOT_ENDED_KINDS``, or cut by otel-eval while it went on: ``evaluation/run_cut``): a run
+    that did not end gave no final answer, only a last reply."""
+    return not any((f.detector == "non_termination" and f.kind in NOT_ENDED_KINDS)
+                   or (f.detector, f.kind) == ("evaluation", "run_cut") for f in findings)
 
 
 def detect_answer(trajectory: Trajectory, ref: Reference, cfg: ReferenceConfig,

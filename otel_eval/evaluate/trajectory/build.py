@@ -302,6 +302,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     start_ns, end_ns = extent(spans)
     return Trajectory(
         trace_id=trace.trace_id, source=trace.source, status=trace.status, steps=steps,
+        release_reason=trace.release_reason,
         service=_service(root_span, spans),
         agent=name,
         agent_source=source,
@@ -428,6 +429,7 @@ def bare_trajectory(trace: Trace) -> Trajectory:
     its session. Read best-effort: the spans that failed the evaluation may fail this too."""
     spans = dedupe(list(trace.spans))
     bare = Trajectory(trace.trace_id, trace.source, trace.status, steps=[],
+                      release_reason=trace.release_reason,
                       revision=trace.revision, span_count=len(trace.spans),
                       run_span_id=run_span_id(trace.spans))
     try:

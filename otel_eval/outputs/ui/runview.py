@@ -193,6 +193,14 @@ def _other_agent(t: dict[str, Any], s: dict[str, Any]) -> str | None:
     return node if node != t.get("agent") else None
 
 
+def _status(t: dict[str, Any]) -> str:
+    """The run's status, with why it was cut (``release_reason``) when it was."""
+    reason = t.get("release_reason")
+    if t.get("status") == "truncated" and isinstance(reason, str) and reason:
+        return f"truncated ({short(reason, 40)})"
+    return short(t.get("status"), 20)
+
+
 def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str,
              links: StepLinks) -> Html:
     verdict = _dict(t.get("verdict"))
@@ -201,7 +209,7 @@ def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str,
              f"{counts.get('tool_calls', 0)} tool calls", f"{counts.get('errors', 0)} errors",
              tokens(usage),
              usd(usage.get("cost_usd")), f"{t.get('duration_s') or 0:.1f} s",
-             f"status {short(t.get('status'), 20)}", f"revision {t.get('revision', 0)}"]
+             f"status {_status(t)}", f"revision {t.get('revision', 0)}"]
     judge = _dict(t.get("judge"))
     scores = [f"{k.replace('_', ' ')} {judge[k]}" for k in  # a score not given: left out
               ("status", "process_score", "outcome_score", "lucky_pass")
