@@ -72,6 +72,7 @@ Not thread-safe: the engine serializes calls.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -658,9 +659,12 @@ class TraceAssembler:
 
     def release_oldest(self, n: int, now: float) -> list[Trace]:
         """Overflow policy ``release_oldest``: push out the n traces open the longest, cut
-        (``truncated``), or ``complete`` when the run had ended (``_ended``)."""
+        (``truncated``), or ``complete`` when the run had ended (``_ended``). O(n): the open
+        traces are kept in the order they opened (each opens at ``now``, so at its
+        ``first_seen``); sorting every open trace for each overflowing request cost ~20 ms
+        at 50,000 open traces, a request that opened one trace each (CPU on the event loop)."""
         out = []
-        for t in sorted(self._open.values(), key=lambda t: t.first_seen)[:n]:
+        for t in list(itertools.islice(self._open.values(), max(n, 0))):
             if t.spans or t.passed:
                 out.append(self._release(t, "complete" if _ended(t) else "truncated",
                                          "overflow", now))
