@@ -233,12 +233,14 @@ def stored_evaluation(trace: Trace, record: Mapping[str, Any],
     # trace at revision 0, while the record may be a re-opened run's later revision
     revision, status = record.get("revision"), record.get("status")
     error = record.get("error")
+    reason = record.get("release_reason")
     return Evaluation(
         Trajectory(trace.trace_id, trace.source,
                    status if status in ("complete", "incomplete", "truncated") else trace.status,
                    steps=_replied(record.get("steps")), span_count=len(trace.spans),
                    revision=revision if type(revision) is int and revision >= 0
-                   else trace.revision),
+                   else trace.revision,
+                   release_reason=reason[:64] if isinstance(reason, str) else ""),
         findings, verdict, dict(judge) if isinstance(judge, Mapping) else None,
         evaluated_at_ns=evaluated_at_ns, error=error if isinstance(error, str) else None,
         prediction=dict(prediction) if isinstance(prediction, Mapping) else None,

@@ -290,3 +290,17 @@ def test_a_replay_is_stamped_as_the_evaluation_was() -> None:
     assert stamps(trace(), again) == stamps(trace(), ev)
     assert stored_evaluation(trace(), {"findings": [1, {"span_ids": "x"}], "verdict": []}) \
         .verdict is None  # not of the shape: left out, never a made-up verdict
+
+
+def test_a_cut_run_is_stamped_with_why_it_was_released() -> None:
+    """The run's root carried ``otel_eval.trace.status`` ``truncated`` alone: downstream
+    could not tell a run otel-eval cut for room (``pressure``) from one cut at its maximum
+    duration. It carries ``otel_eval.trace.release_reason``, as the stored result does, and
+    a replay of the stored result stamps it the same."""
+    ev = evaluation()
+    ev.trajectory.status, ev.trajectory.release_reason = "truncated", "pressure"
+    root = stamps(trace(), ev)[ROOT]
+    assert (root["otel_eval.trace.status"], root["otel_eval.trace.release_reason"]) == (
+        "truncated", "pressure")
+    again = stored_evaluation(trace(), json.loads(ev.to_json_text()))
+    assert stamps(trace(), again) == stamps(trace(), ev)
