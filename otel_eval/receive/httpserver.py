@@ -58,8 +58,11 @@ PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
 _BUSY_BODY = b'{"error": "too many connections; retry later"}'
+# written by the accepting thread, not ``httpconn``: with the headers every answer has there
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-         b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
+         b"Content-Length: %d\r\nX-Content-Type-Options: nosniff\r\n"
+         b"Cache-Control: no-store\r\nConnection: close\r\n\r\n%s"
+         % (len(_BUSY_BODY), _BUSY_BODY))
 
 
 class _Listener(ListenerBase):

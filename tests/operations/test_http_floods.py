@@ -179,6 +179,20 @@ def test_one_peer_cannot_take_every_slot() -> None:
             s.close()
 
 
+def test_the_connection_limit_503_is_neither_sniffed_nor_stored() -> None:
+    """``httpconn`` promises every answer of every listener ``nosniff`` and ``no-store``;
+    the 503 the accepting thread writes over a connection limit had neither, so a proxy
+    or a browser could keep a "too many connections" answer for the URL."""
+    with server(HttpLimits(max_connections=8, max_connections_per_peer=1)) as (srv, _, _ev):
+        with connect(srv.port, "127.0.0.2") as held:
+            held.sendall(b"GET /healthz HTTP/1.1\r\n")  # partial: holds the peer's slot
+            refused = get(srv.port, peer="127.0.0.2")
+        head = refused.split(b"\r\n\r\n", 1)[0].lower()
+        assert head.startswith(b"http/1.1 503 ")
+        assert b"\r\nx-content-type-options: nosniff" in head
+        assert b"\r\ncache-control: no-store" in head
+
+
 def test_probe_paths_get_in_on_the_reserve_when_every_slot_is_held() -> None:
     limits = HttpLimits(max_connections=4, max_connections_per_peer=2,
                         reserved_connections=1)
