@@ -25,9 +25,12 @@ thread takes a slot, the connection's thread gives it back. Slots promise:
   number of peers then delays exports (and API reads) by no more than the time a client
   takes to send its head, instead of denying them for as long as it lasts (1,127 partial
   requests from 49 addresses: 0 of 40 exports); an authenticated sender's keep-alive
-  connection is never closed for a newcomer. A peer at its ``max_connections_per_peer``
-  gives way the same way, to itself: its own oldest partial connection is closed for its
-  newcomer (behind a proxy or a NAT every sender is one address), else ``peer_limit``.
+  connection is never closed for another address's newcomer. A peer at its
+  ``max_connections_per_peer`` gives way the same way, to itself: its own oldest partial
+  connection is closed for its newcomer (behind a proxy or a NAT every sender is one
+  address), else its own oldest connection idle between requests, authenticated or not (a
+  proxy that adds the token keeps a pool of idle upstream connections per worker: nginx's
+  ``keepalive``, Envoy's), else ``peer_limit``.
 A slot knows its connection by its socket (shut down to close it for a newcomer) and by the
 phase its reader is in (``httpconn``), nothing more.
 """
@@ -35,6 +38,7 @@ phase its reader is in (``httpconn``), nothing more.
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import threading
 from collections import Counter
@@ -78,6 +82,18 @@ class Hold:
                                      or self.reader.phase in ("header", "idle"))
 
 
+def _arriving(sock: socket.socket) -> bool:
+    """Bytes of a next request (or its client's close) are in, not yet read by its thread:
+    not idle any more (its proxy picked it). Polled, never waited for (a recv would wait the
+    socket's timeout); a socket gone is not arriving."""
+    try:
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
 class Slots:
     """Connection slots: per peer, in total, and the reserve, whose reusable connections
     are closed oldest first to make room for a new one; with ``reuse_partial``, the general
@@ -103,6 +119,19 @@ class Slots:
             victim.reused = True  # its thread gives back its peer count only
         return victim
 
+    def _idle(self, peer: str) -> Hold | None:
+        """The oldest general connection of ``peer`` idle between requests (authenticated or
+        not), taken out of the slots (or None): a proxy's pooled upstream connection, which
+        gives way to the same address's newcomer, never to another's."""
+        if not self.reuse_partial:
+            return None
+        victim = next((h for h in self._general if h.peer == peer and h.reader is not None
+                       and h.reader.phase == "idle" and not _arriving(h.sock)), None)
+        if victim is not None:
+            del self._general[victim]
+            victim.reused = True
+        return victim
+
     def take(self, hold: Hold) -> str | None:
         """None when admitted (``hold.reserved`` says on which slot), else the reason."""
         lim, victim = self.limits, None
@@ -111,7 +140,7 @@ class Slots:
                 # at its cap, a peer's own partial connection gives way to its newcomer:
                 # behind a proxy, a NAT or an SNAT'ing Service every sender is one address,
                 # and a flood of partial requests among them must not deny the others
-                if (victim := self._partial(hold.peer)) is None:
+                if (victim := self._partial(hold.peer) or self._idle(hold.peer)) is None:
                     return "peer_limit"
                 self._general[hold] = None
             elif (len(self._general) < lim.max_connections

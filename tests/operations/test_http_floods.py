@@ -310,3 +310,48 @@ def test_the_admin_listener_answers_healthz_while_partial_requests_hold_its_slot
         assert get(port, "/v1/evaluations").startswith(b"HTTP/1.1 200 ")
         for s in flood:
             s.close()
+
+
+def _one_answer(s: socket.socket) -> bytes:
+    """One keep-alive answer of ``_authenticated``, read whole (it comes in pieces)."""
+    got = b""
+    while not got.endswith(b'{"status": "ok"}'):
+        piece = s.recv(65536)
+        assert piece, got  # the server closed the connection
+        got += piece
+    return got
+
+
+def _authenticated(req: Request) -> Response:
+    req.authenticated()  # as a handler does once the request showed a known token
+    return Response(200, b'{"status": "ok"}')
+
+
+def test_a_proxys_idle_keep_alive_connections_give_way_to_its_new_one() -> None:
+    """A proxy that adds the token keeps idle upstream connections per worker (nginx's
+    ``keepalive``, Envoy's pools): every one authenticated, all from one address. With more
+    of them than ``max_connections_per_peer`` its next new connection was a 503
+    ``peer_limit`` while they sat idle. Now the peer's own oldest idle one gives way."""
+    limits = HttpLimits(max_connections=8, max_connections_per_peer=2)
+    events = Events()
+    srv = HttpServer("127.0.0.1:0", _authenticated, name="test-http", limits=limits,
+                     on_close=events, reuse_partial=True)
+    srv.start()
+    request = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    try:
+        pool = [connect(srv.port, "127.0.0.2") for _ in range(2)]
+        for s in pool:  # each makes its request and is kept alive, idle
+            s.sendall(request)
+            assert _one_answer(s).startswith(b"HTTP/1.1 200 ")
+        poll(lambda: all(h.reader is not None and h.reader.phase == "idle"
+                         for h in srv.slots._general), "both idle", timeout_s=10,
+             interval_s=0.01)
+        assert get(srv.port, peer="127.0.0.2").startswith(b"HTTP/1.1 200 ")
+        assert answer(pool[0]) == b""  # the oldest idle one was closed for it
+        pool[1].sendall(request)  # the other is still served
+        assert _one_answer(pool[1]).startswith(b"HTTP/1.1 200 ")
+        assert events.counts["reused"] == 1 and events.counts["peer_limit"] == 0
+        for s in pool:
+            s.close()
+    finally:
+        srv.shutdown(1.0)

@@ -79,3 +79,36 @@ def test_at_its_cap_a_peers_own_partial_connection_gives_way_to_its_newcomer() -
         for a, b in pairs:
             a.close()
             b.close()
+
+
+class _Phase:
+    def __init__(self, phase: str) -> None:
+        self.phase = phase
+
+
+def test_at_its_cap_a_peers_idle_keep_alive_gives_way_unless_its_next_request_is_in() -> None:
+    """A proxy's pooled upstream connections, authenticated and idle, give way to the same
+    address's newcomer (another address's newcomer never closes them); one whose next
+    request's bytes are in, not yet read by its thread, is no longer idle: closing it would
+    lose that request to a reset."""
+    slots = Slots(HttpLimits(max_connections=8, max_connections_per_peer=2),
+                  reuse_partial=True)
+    pairs = [socket.socketpair() for _ in range(4)]
+    try:
+        holds = [Hold(ours, "10.0.0.1") for ours, _ in pairs]
+        busy, idle, newcomer, again = holds
+        for hold in (busy, idle):
+            hold.trusted, hold.reader = True, _Phase("idle")
+            assert slots.take(hold) is None
+        pairs[0][1].sendall(b"POST /v1/traces HTTP/1.1\r\n")  # busy's next request is in
+        assert slots.take(newcomer) == "reused"
+        assert idle.reused and not busy.reused
+        slots.give_back(idle)
+        newcomer.trusted, newcomer.reader = True, _Phase("body")
+        assert slots.take(again) == "peer_limit"  # none idle without bytes waiting
+        assert Slots(HttpLimits(max_connections=1), reuse_partial=True).take(
+            Hold(pairs[3][0], "10.0.0.2")) is None
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
