@@ -423,7 +423,7 @@ def routes(api: AdminApi, writes: Writes = "open") -> Router:
     sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url,
                       api.issue_runs, api.sessions, api.session, api.calibration,
                       api.pass_threshold, writes, api.run_issues)
-    return Router((
+    router = Router((
         route("GET", r"/metrics/*", r.metrics),
         route("GET", r"/healthz/*", r.healthz),
         route("GET", r"/readyz/*", r.readyz),
@@ -436,7 +436,18 @@ def routes(api: AdminApi, writes: Writes = "open") -> Router:
         route("GET", r"/v1/calibration/*", r.calibration),
         route("POST", r"/v1/feedback/*", r.feedback),
         *(route("GET", pattern, _page(sources, page)) for pattern, page in PAGES),
-    ), _miss)
+    ), lambda req: _not_allowed(req, router.allowed(req.path)) or _miss(req))
+    return router
+
+
+def _not_allowed(req: Request, allowed: frozenset[str]) -> Response | None:
+    """A path served for other methods only (``GET /v1/feedback``, ``POST /v1/evaluations``):
+    405 naming them in ``Allow`` (RFC 9110 15.5.6), not a 404 "unknown path"; None when the
+    path is served for none (after a POST, its unread body closes the connection)."""
+    if not allowed:
+        return None
+    return _json(405, {"error": f"{quoted(req.path)} takes {', '.join(sorted(allowed))}"},
+                 {"Allow": ", ".join(sorted(allowed))}, close=req.method == "POST")
 
 
 def _auth(config: AdminConfig) -> AdminAuth:

@@ -10,7 +10,8 @@ sends no body after HEAD, ``httpconn``): load balancers and uptime checkers prob
 A pattern is a regular expression over the raw path (no query string; a route that takes a
 trailing slash says so: ``/healthz/*``); its groups are the path's parameters, handed to the
 handler with the match. ``miss`` words the answer to a path or method no route serves (404,
-405 with ``Allow``), as the server it belongs to does. The admin endpoint serves the admin API
+405 with ``Allow``: ``allowed`` names the methods a path is served for), as the server it
+belongs to does. The admin endpoint serves the admin API
 and the web view from one table (``app.admin``).
 """
 
@@ -42,6 +43,11 @@ class Router:
     def __init__(self, routes: Iterable[Route], miss: Handler) -> None:
         self.routes = tuple(routes)
         self._miss = miss
+
+    def allowed(self, path: str) -> frozenset[str]:
+        """The methods some route serves at ``path`` (HEAD wherever GET is; empty: none)."""
+        found = {r.method for r in self.routes if r.pattern.fullmatch(path)}
+        return frozenset(found | ({"HEAD"} if "GET" in found else set()))
 
     def __call__(self, req: Request) -> Response:
         method = "GET" if req.method == "HEAD" else req.method

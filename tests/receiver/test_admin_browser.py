@@ -324,3 +324,25 @@ def test_the_documented_proxy_fix_records_an_outcome_from_a_browser_without_fetc
         assert api.outcomes == [(TRACE, "failure")]
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(("method", "path", "allow"), [
+    ("GET", "/v1/feedback", "POST"), ("HEAD", "/v1/feedback/", "POST"),
+    ("POST", "/v1/evaluations", "GET, HEAD"), ("POST", "/healthz", "GET, HEAD")])
+def test_a_path_served_for_other_methods_is_405_naming_them(
+        open_admin: tuple[AdminServer, Api], method: str, path: str, allow: str) -> None:
+    """A browser or a client that GETs ``/v1/feedback`` (or POSTs to a read path) was told
+    404 "unknown path", as if the API had no such path; RFC 9110 15.5.6: a 405 whose
+    ``Allow`` names the methods the path takes."""
+    server, api = open_admin
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request(method, path, FEEDBACK if method == "POST" else None,
+                     {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        resp.read()
+        assert (resp.status, resp.getheader("Allow")) == (405, allow)
+    finally:
+        conn.close()
+    assert api.outcomes == []
+    assert _send(server.port, "GET", "/v1/nothing")[0] == 404  # unknown paths are still 404
