@@ -14,10 +14,11 @@ serves one, request after request. Together they promise:
   client trickling a byte at a time is cut at the deadline, whatever its pace;
 - **bounded connections** (``httpslots``): at most ``max_connections`` at once and
   ``max_connections_per_peer`` from one address; past them a connection is answered 503 and
-  closed at once. A few ``reserved_connections`` beyond the total serve only
-  ``reserved_paths`` (``PROBE_PATHS``), and a full reserve reuses its oldest waiting
-  connection; with ``reuse_partial``, a full listener closes its oldest partial request,
-  and a peer at its cap its own oldest partial one;
+  closed at once (over TLS after its handshake, ``_TLS_REFUSALS`` at once). A few
+  ``reserved_connections`` beyond the total serve only ``reserved_paths`` (``PROBE_PATHS``),
+  and a full reserve reuses its oldest waiting connection; with ``reuse_partial``, a full
+  listener closes its oldest partial request, and a peer at its cap its own oldest partial
+  one;
 - **a hang-up is an event, not an error**: a client that closes mid-request or stops reading
   the answer, a deadline passed, a slot refused, a failed handshake: each is counted with a
   reason (``CLOSE_REASONS``) through ``on_close`` and logged at debug, never a traceback;
@@ -42,7 +43,7 @@ from typing import Any, overload
 from otel_eval.base.configcheck import StartupError, parse_endpoint
 from otel_eval.decode.body import BodyBudget
 from otel_eval.receive.config import HttpLimits
-from otel_eval.receive.httpconn import Connection, ListenerBase
+from otel_eval.receive.httpconn import LINGER_S, Connection, ListenerBase
 from otel_eval.receive.httpmessage import ErrorBody, Handler, json_error
 from otel_eval.receive.httpslots import Hold, Slots
 from otel_eval.receive.security import TlsFiles
@@ -65,6 +66,13 @@ _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\
          % (len(_BUSY_BODY), _BUSY_BODY))
 
 
+# Connections over a TLS listener's limits answered 503 at once, each on a thread of its own
+# (the answer needs the handshake first, within ``read_header_timeout_s``); past these a
+# refused TLS connection is closed without a word, as every one was (a TLS proxy in front
+# then showed its own 502).
+_TLS_REFUSALS = 8
+
+
 class _Listener(ListenerBase):
     """Accepts connections and gives each a slot and a thread (or a 503)."""
 
@@ -83,6 +91,7 @@ class _Listener(ListenerBase):
         self.slots = server.slots  # one set of slots for every address of the endpoint
         self._http2_told = server.http2_told
         self._tls_told = server.tls_told
+        self._tls_refusals = server.tls_refusals
 
     def get_request(self) -> tuple[Any, Any]:
         sock, addr = super().get_request()
@@ -110,6 +119,9 @@ class _Listener(ListenerBase):
                     request.send(_BUSY)
                 except OSError:
                     pass
+            elif self._tls_refusals.acquire(blocking=False):
+                self._refuse_tls(request)
+                return
             self.shutdown_request(request)
             return
         thread = threading.Thread(target=self._serve, name=f"{self.name}-connection",
@@ -119,6 +131,33 @@ class _Listener(ListenerBase):
             thread.start()
         except BaseException:
             self.slots.give_back(hold)
+            raise
+
+    def _refuse_tls(self, request: Any) -> None:
+        """The 503 over TLS, on a thread of its own (a ``_TLS_REFUSALS`` slot taken)."""
+        def refuse() -> None:
+            try:
+                request.settimeout(self.limits.read_header_timeout_s)
+                request.do_handshake()
+                request.sendall(_BUSY)
+                # heard, not lost to a reset: its request (sent after the handshake) is
+                # read and dropped as ``httpconn`` lingers, under the raw socket
+                socket.socket.shutdown(request, socket.SHUT_WR)
+                deadline = self.clock() + LINGER_S
+                while (remaining := deadline - self.clock()) > 0:
+                    request.settimeout(remaining)
+                    if not socket.socket.recv(request, 65536):
+                        break
+            except OSError:  # ssl.SSLError too: a failed handshake, a client gone
+                pass
+            finally:
+                self.shutdown_request(request)
+                self._tls_refusals.release()
+        try:
+            threading.Thread(target=refuse, name=f"{self.name}-refusal", daemon=True).start()
+        except BaseException:
+            self.shutdown_request(request)
+            self._tls_refusals.release()
             raise
 
     def _serve(self, request: Any, client_address: Any, accepted_at: float,
@@ -194,6 +233,7 @@ class HttpServer:
                        if body_budget is not None else None)
         self.http2_told = threading.Event()  # the HTTP/2 client warning was logged
         self.tls_told = threading.Event()  # the TLS client warning was logged
+        self.tls_refusals = threading.BoundedSemaphore(_TLS_REFUSALS)  # 503s over TLS now
         self._listeners: list[_Listener] = []
         self._accepting: list[threading.Thread] = []
         self._wake: tuple[socket.socket, socket.socket] | None = None  # shutdown -> loops

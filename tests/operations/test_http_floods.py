@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -27,10 +28,12 @@ import pytest
 from support.clock import ManualClock
 from support.harness import running_service
 from support.poll import poll
+from support.tls_certs import TestCA
 
 from otel_eval.receive.config import HttpLimits
 from otel_eval.receive.httpmessage import Request, Response
 from otel_eval.receive.httpserver import HttpServer
+from otel_eval.receive.security import TlsFiles, TlsServerConfig
 
 
 class Events:
@@ -353,5 +356,30 @@ def test_a_proxys_idle_keep_alive_connections_give_way_to_its_new_one() -> None:
         assert events.counts["reused"] == 1 and events.counts["peer_limit"] == 0
         for s in pool:
             s.close()
+    finally:
+        srv.shutdown(1.0)
+
+
+def test_a_tls_listener_answers_503_over_its_limit(tmp_path: Path) -> None:
+    """docs/transport-security.md: past the connection limits "a connection gets a 503 and is
+    closed". On a TLS listener it was only closed (the 503 needs a handshake the accepting
+    thread cannot wait for): the client saw a failed handshake, a TLS proxy its own 502."""
+    ca = TestCA(tmp_path)
+    pair = ca.issue("server", server=True)
+    tls = TlsFiles(TlsServerConfig(cert_file=str(pair.cert), key_file=str(pair.key)), "test")
+    events = Events()
+    srv = HttpServer("127.0.0.1:0", _ok, name="test-http", tls=tls, on_close=events,
+                     limits=HttpLimits(max_connections=8, max_connections_per_peer=1))
+    srv.start()
+    client = ssl.create_default_context(cafile=str(ca.path))
+    try:
+        with connect(srv.port, "127.0.0.2"):  # holds the peer's one slot
+            accepted(srv)
+            with client.wrap_socket(connect(srv.port, "127.0.0.2"),
+                                    server_hostname="localhost") as refused:
+                send(refused, b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                got = answer(refused)
+        assert got.startswith(b"HTTP/1.1 503 ") and b"too many connections" in got
+        assert events.counts["peer_limit"] == 1
     finally:
         srv.shutdown(1.0)
