@@ -70,7 +70,8 @@ class BodyError(ValueError):
 class BodyBudget:
     """Bytes of request bodies held at once across connections (thread-safe): each request
     charges what it holds as it reads (``charge``: ``BodyError`` 429 past the budget) and
-    gives it all back when it is answered (``release``). One sender address holds at most
+    gives it all back when it is answered (``release``). One sender (``peer``: its address, and
+    its token's name) holds at most
     ``per_peer`` of it (None: the whole budget), so a few stalled connections from one
     address (each a 64 MiB inflated body held until its read deadline) cannot take it all
     and leave every other sender 429s."""
@@ -116,7 +117,7 @@ class BodyShare:
     def charge(self, n: int) -> None:
         refused = self.budget._take(self.peer, n)
         if refused == "sender_share":
-            raise BodyError(429, "request bodies in flight from this address exceed "
+            raise BodyError(429, "request bodies in flight from this sender exceed "
                             f"{self.budget.per_peer} bytes; retry later", refused)
         if refused:
             raise BodyError(429, "request bodies in flight exceed "

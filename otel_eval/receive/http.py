@@ -8,8 +8,9 @@ cannot be decoded; 413 past ``max_message_bytes`` (compressed and decompressed, 
 not: ``decode.body``); 429 with ``Retry-After`` when throttled, which OTLP exporters retry,
 and when the bodies held by every connection at once would pass
 ``max_body_bytes_in_flight`` (1,024 connections each holding a 64 MiB body otherwise), or
-the bodies held by one address would pass half of it (``peer_share``: throttle reason
-``sender_share``; four stalled connections from one address held the whole of it otherwise).
+the bodies held by one sender would pass half of it (``peer_share``: throttle reason
+``sender_share``; four stalled connections from one address held the whole of it otherwise):
+a sender is its address and its token's name (behind a proxy every sender is one address).
 Connections, deadlines and limits are the shared HTTP server's (``receive.httpserver``); when
 every slot is taken, a new connection closes the oldest partial request (never an
 authenticated sender's connection): a flood of partial requests cannot deny exports. A
@@ -89,8 +90,8 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
             ingest.metrics.ingest.request_refused("http", "unauthenticated")
             return _status(401, "missing or unknown bearer token", ctype,
                            {"WWW-Authenticate": 'Bearer realm="otel-eval"'}, close=True)
-        if checker.enabled:  # kept ahead of partial requests when the listener is full
-            req.authenticated()
+        if checker.enabled:  # kept ahead of partial requests when the listener is full,
+            req.authenticated(sender)  # its body in its own share, not its whole address's
         if req.path == "/v1/metrics" and req.method == "POST":  # unread: refused on its path
             return _status(404, ingest.unsupported_signal("http"), ctype, close=True)
         if req.path not in _PATHS:
@@ -134,8 +135,9 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
 
 
 def peer_share(budget: int, config: ReceiverConfig) -> int:
-    """The bytes of bodies one sender address holds at once: half the budget, and at least
-    one message of ``max_message_bytes`` (a lone sender can always send its largest)."""
+    """The bytes of bodies one sender (its address, and its token's name) holds at once: half
+    the budget, and at least one message of ``max_message_bytes`` (a lone sender can always
+    send its largest)."""
     return max(budget // 2, config.max_message_bytes)
 
 

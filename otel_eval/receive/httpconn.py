@@ -359,8 +359,10 @@ class Connection(BaseHTTPRequestHandler):
         self.unread = unread
         self._write(resp, close=resp.close or self.reserved or unread)
 
-    def _trust(self) -> None:
+    def _trust(self, sender: str) -> None:
         self.hold.trusted = True
+        if sender and self.share is not None and not self.share.held:
+            self.share.peer = f"{self.share.peer} token {sender}"  # no address has a space
 
     def _read_body(self, limit: int) -> bytes:
         stream: Any = _ContinueFirst(self) if self.continue_owed else self.rfile

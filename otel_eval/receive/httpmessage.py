@@ -26,15 +26,18 @@ class Request:
     headers: email.message.Message
     peer: str
     _read: Callable[[int], bytes] = field(repr=False)
-    _trust: Callable[[], None] = field(default=lambda: None, repr=False)
+    _trust: Callable[[str], None] = field(default=lambda _sender: None, repr=False)
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name)
 
-    def authenticated(self) -> None:
-        """The sender showed a known token: its connection is kept ahead of partial requests
-        when the listener is full (``reuse_partial``)."""
-        self._trust()
+    def authenticated(self, sender: str = "") -> None:
+        """The sender showed a known token (``sender``: its name): its connection is kept
+        ahead of partial requests when the listener is full (``reuse_partial``), and its
+        body counts in the share of the bodies in flight of its address and that name, not
+        of its address alone (behind a proxy every sender is one address; call it before
+        reading the body)."""
+        self._trust(sender)
 
     def body(self, limit: int) -> bytes:
         """The body, decoded and at most ``limit`` bytes (``BodyError`` says why not)."""

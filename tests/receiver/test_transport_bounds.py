@@ -280,6 +280,40 @@ def test_one_address_holds_at_most_half_the_bodies_in_flight(tmp_path: Path) -> 
         assert held.held == 0
 
 
+def test_behind_a_proxy_each_token_holds_its_own_share_of_the_bodies(tmp_path: Path) -> None:
+    """Behind a proxy that passes each team's token on, every sender is the proxy's address:
+    the share of ``max_body_bytes_in_flight`` was per address, so one team's stalled body
+    left every other team behind that proxy 429 ``sender_share``. A sender is now its address
+    and its token's name."""
+    budget = 4096
+    tokens = {"team-a": "a" * 32, "team-b": "b" * 32}
+    with running_service(tmp_path, **{"receiver.max_message_bytes": budget // 2,
+                                      "receiver.max_body_bytes_in_flight": budget,
+                                      "receiver.bearer_tokens": tokens}) as h:
+        assert h.svc.http is not None and h.svc.http._server is not None
+        held = h.svc.http._server.budget
+        assert held is not None
+
+        def head(token: str, *framing: str) -> bytes:
+            return (_post_head("/v1/traces", PB, f"Authorization: Bearer {token}", *framing,
+                               "Connection: close").replace("\n", "\r\n").encode() + b"\r\n")
+        with socket.create_connection(("127.0.0.1", _port(h)), timeout=10) as stalled:
+            stalled.sendall(head(tokens["team-a"], "Transfer-Encoding: chunked")
+                            + b"%x\r\n%s\r\n" % (1500, b"\x00" * 1500))
+            poll(lambda: held.held == 1500, "team a's stalled body held")
+            body = b"\x00" * 1000  # from the same address: 2500 > the address's 2048
+            with socket.create_connection(("127.0.0.1", _port(h)), timeout=10) as other:
+                other.sendall(head(tokens["team-b"], f"Content-Length: {len(body)}") + body)
+                answer = other.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 ") and not answer.startswith(
+                b"HTTP/1.1 429"), answer[:200]
+            assert h.sample("otel_eval_receiver_requests_throttled_total", protocol="http",
+                            reason="sender_share") == 0
+            stalled.sendall(b"0\r\n\r\n")
+            assert stalled.recv(65536).startswith(b"HTTP/1.1 ")
+        assert held.held == 0
+
+
 def _admin_port(h: Harness) -> int:
     return h.svc.admin.port
 
