@@ -196,3 +196,23 @@ def test_turns_an_earlier_version_stored_under_the_bare_id_are_a_session_reached
         assert got["status"] == ("complete" if completed else "open")
     assert reader.get("s00", "shop") is None
     store.close()
+
+
+def test_a_page_reads_no_more_turns_than_one_session_may(tmp_path: Path) -> None:
+    """``GET /v1/sessions`` computed each open session of its page from its stored turns,
+    each up to ``max_turns_chars`` (64 Mi characters): 200 such sessions (1,000 with a
+    filter) were read for one request. A page now ends, with its cursor, once the turns read
+    for it reach ``max_turns_chars``; it always holds at least one session."""
+    store = _store(tmp_path, 3, 2, set())
+    one = store.session_turns(session_key("shop", "s02"), 500)[3]  # a session's 2 turns
+    reader = SessionReader(store, SessionsConfig(max_turns_chars=one))
+    first = reader.page(SessionQuery(limit=3))
+    assert [s["session_id"] for s in first["sessions"]] == ["s02"]
+    assert first["sessions"][0]["counts"]["turns_cut"] == 0  # its turns all read
+    cursor = SessionCursor.decode(first["next_cursor"])
+    rest = reader.page(SessionQuery(limit=3, cursor=cursor))
+    assert [s["session_id"] for s in rest["sessions"]] == ["s01"]
+    assert SessionCursor.decode(rest["next_cursor"]).session_id == session_key("shop", "s01")
+    everything = SessionReader(store, SessionsConfig()).page(SessionQuery(limit=3))
+    assert len(everything["sessions"]) == 3 and everything["next_cursor"] is None
+    store.close()

@@ -50,7 +50,8 @@ class SessionsConfig:
     max_turns: int = 500
     # JSON of the turns read to evaluate one session, characters at most (the newest turns;
     # always at least one): a turn's object can be up to trajectory.max_result_bytes (4 MiB).
-    # The turns past it are counted in `counts.turns_cut`. Default 64 Mi.
+    # The turns past it are counted in `counts.turns_cut`. A page of GET /v1/sessions reads
+    # at most this much of its open sessions' turns too (at least one session). Default 64 Mi.
     max_turns_chars: int = 64 * 1024 * 1024
     # The same call (same tool, same canonical arguments) made in at least this many turns
     # of one conversation is a session loop. Turns.
