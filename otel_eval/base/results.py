@@ -151,7 +151,7 @@ class Evaluation:
                 "agent_source": t.agent_source,
                 "task_id": t.task_id,
                 "status": t.status,
-                **({"release_reason": t.release_reason} if t.release_reason else {}),
+                **({"release_reason": t.cut_reason} if t.cut_reason else {}),
                 "convention": t.convention,
                 "revision": t.revision,
                 "start_time_unix_nano": t.start_ns,

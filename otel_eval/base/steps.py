@@ -270,6 +270,13 @@ class Trajectory:
     release_reason: str = ""
 
     @property
+    def cut_reason(self) -> str:
+        """``release_reason`` of a run not released ``complete`` (why it was cut or not seen
+        to end), "" otherwise: how a complete run was seen to end (its root, the end of a
+        file) is assembly's detail, and differs between ``serve`` and ``eval``."""
+        return self.release_reason if self.status != "complete" else ""
+
+    @property
     def root_step(self) -> Step | None:
         """The step of the local root (``root_span_id``); None when the trace has none."""
         if self.root_span_id is None:

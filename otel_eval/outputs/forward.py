@@ -11,7 +11,7 @@ and the root span gets the trace summary
     otel_eval.finding.<detector>.count   findings per detector
     otel_eval.trace.status      complete | incomplete | truncated
     otel_eval.trace.revision    > 0 when late spans re-opened the trace
-    otel_eval.trace.release_reason  why assembly released it (``root_ended``, ``pressure``,
+    otel_eval.trace.release_reason  why assembly released a run not ``complete`` (``pressure``,
                                 ``max_duration``, ...: the v1 object's ``release_reason``)
 Everything else is forwarded as received, by construction: each span is written back from the
 bytes it came in, under its resource and scope as they came (``encode.encode_spans``), with the
@@ -92,8 +92,8 @@ def _summary(evaluation: Evaluation) -> dict[str, Any]:
         "otel_eval.trace.status": evaluation.trajectory.status,
         "otel_eval.trace.revision": evaluation.trajectory.revision,
     }
-    if evaluation.trajectory.release_reason:
-        summary["otel_eval.trace.release_reason"] = evaluation.trajectory.release_reason
+    if evaluation.trajectory.cut_reason:
+        summary["otel_eval.trace.release_reason"] = evaluation.trajectory.cut_reason
     for detector, n in sorted(Counter(f.detector for f in evaluation.findings).items()):
         summary[f"otel_eval.finding.{detector}.count"] = n
     v = evaluation.verdict
