@@ -216,13 +216,22 @@ class Durability:
 
     def carried(self) -> set[str]:
         """The traces the spool replays with what a stored revision of them held (whole runs
-        re-opened by late spans), for ``TraceAssembler.resume``; read after ``replay``."""
-        return set(self.spool.carried) if self.spool is not None else set()
+        re-opened by late spans), for ``TraceAssembler.resume``; read once, after ``replay``:
+        handed over, not copied (the spool keeps none for the life of the process)."""
+        if self.spool is None:
+            return set()
+        taken, self.spool.carried = self.spool.carried, set()
+        return taken
 
     def cut(self) -> set[str]:
         """The traces the spool replays whose runs miss spans refused for a service's share,
-        for ``TraceAssembler.cut``; read after ``replay``."""
-        return set(self.spool.cut) if self.spool is not None else set()
+        for ``TraceAssembler.cut``; read once, after ``replay``: handed over, not copied
+        (assembly remembers them, ``max_tombstones``; a second copy here held as many again
+        for the life of the process)."""
+        if self.spool is None:
+            return set()
+        taken, self.spool.cut = self.spool.cut, set()
+        return taken
 
     def replay(self, submit: Callable[..., Any]) -> tuple[int, int, int] | None:
         """What the spool holds, through ``submit(items, signal=..., replayed=True, age_s=...)``

@@ -138,7 +138,7 @@ class Spool(Leaving):
         self._requests: dict[int, Request] = {}
         self._traces: dict[str, list[tuple[int, int]]] = {}  # trace -> [(request, revision)]
         # the traces left to replay with a stored revision's content, and those cut
-        # (``Backlog.carried``, ``Backlog.cut``), read after the replay
+        # (``Backlog.carried``, ``Backlog.cut``), taken by ``Durability`` after the replay
         self.carried: set[str] = set()
         self.cut: set[str] = set()
         # (request, trace) pairs whose delete failed (a full disk): deleted with the next ones
