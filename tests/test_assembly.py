@@ -6,9 +6,17 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
+
+import gc
+import tracemalloc
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
 from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.base.model import Span
+from otel_eval.decode import otlp
+from otel_eval.decode.encode import encode_spans
 
 CFG = AssemblyConfig(grace_s=10, idle_timeout_s=180, max_trace_duration_s=3600,
                      reopen_window_s=300, max_spans_per_trace=5)
@@ -589,3 +597,38 @@ def test_release_oldest_reads_only_the_traces_it_releases() -> None:
     out = [t.trace_id for _ in range(10) for t in a.release_oldest(1, now=2000)]
     assert out == ids[:10]
     assert _CountingOpen.read <= 20
+
+
+def _decoded(trace: str, n: int) -> list[Span]:
+    """``n`` small spans of ``trace`` (a root and its children) as the receivers decode them."""
+    req = ExportTraceServiceRequest()
+    req.ParseFromString(encode_spans([span(trace, 1)] + [
+        span(trace, i, parent=1) for i in range(2, n + 1)]).SerializeToString())
+    return otlp.decode_request(req).spans
+
+
+def test_released_traces_kept_for_reopening_hold_at_most_max_released_bytes() -> None:
+    """``max_released_bytes`` bounds reopen memory in bytes: a span held costs far more than
+    its bytes as received (~100 for a small one), and traces of many small spans held
+    ~16x the bound (256 MiB of them: gigabytes, past the chart's 2Gi limit)."""
+    bound = 2 * 1024 * 1024
+    a = TraceAssembler(dataclasses.replace(
+        CFG, max_spans_per_trace=10_000, max_open_traces=10_000, max_released_traces=10_000,
+        max_released_bytes=bound, max_tombstones=0, reopen_window_s=1e9))
+    a.add(_decoded(T1, 100), now=0)  # every code path warm (caches, interned names) first
+    a.tick(100)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        traces = [_decoded(f"{t + 1:032x}", 100) for t in range(200)]
+        for spans in traces:
+            a.add(spans, now=0)
+        del traces, spans
+        a.tick(200)  # every trace released, its spans kept for re-opening as room allows
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert 0 < a.released_bytes <= bound
+    assert held <= bound * 1.1, held

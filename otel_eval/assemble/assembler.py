@@ -27,7 +27,8 @@ spans that follow, or dropped as ``no_spans`` if none do). Records are held as t
 (``decode.otlp_logs.HeldRecord``, counted in ``open_log_bytes``) and decoded when their
 trace is released.
 Spans for a trace released less than ``reopen_window_s`` ago re-open it (``revision`` + 1;
-the newest ``max_released_traces``, holding ``max_released_bytes`` at most, are kept);
+the newest ``max_released_traces``, holding ``max_released_bytes`` at most, are kept: their
+bytes as received and ``SPAN_HELD_BYTES`` per span);
 its evaluation is then superseded. A span it already holds is a ``duplicate_span`` there too
 (a client retrying an acknowledged request re-opens nothing), and so is a log record it holds
 (``duplicate_log_record``: the same record's bytes; held twice, its event would read as the
@@ -84,6 +85,13 @@ from otel_eval.base.model import Finished, Span, Trace, TraceStatus, local_root
 
 if TYPE_CHECKING:  # records come held (decode.otlp_logs); the assembler only reads them
     from otel_eval.decode.otlp_logs import HeldRecord
+
+# Memory one held span costs beyond its bytes as received (``Span.nbytes``): the ``Span``, its
+# ids, its wire slice and lazy reader, its place in its trace's dict; ~1 KB measured for a
+# small span (tests/test_assembly.py). Charged to ``max_released_bytes``, which bounds the
+# memory of released traces kept for re-opening: a trace of many small spans held ~16x its
+# bytes as received.
+SPAN_HELD_BYTES = 1024
 
 # Reasons a span is refused by assembly (counted as rejected; never acknowledged).
 ASSEMBLY_REJECT_REASONS = ("duplicate_span", "trace_too_large", "late", "foreign_sender")
@@ -152,7 +160,9 @@ class _Released:
     # released ``complete``: an item it has no room for cuts it (re-opened, released again
     # ``truncated``); any other is refused without re-opening it (nothing would change)
     complete: bool = False
-    nbytes: int = 0  # its spans' and records' bytes as received (``max_released_bytes``)
+    # its spans' and records' bytes as received, and ``SPAN_HELD_BYTES`` per span
+    # (``max_released_bytes``)
+    nbytes: int = 0
 
 
 @dataclass
@@ -824,7 +834,8 @@ class TraceAssembler:
             self._keep(tr.trace_id, _Released(
                 now, tr.spans, tr.revision, tr.sender, tr.logs, trace.finished, tr.log_keys,
                 tr.cut, tr.root_ended, tr.full, status == "complete",
-                sum(s.nbytes for s in tr.spans.values()) + tr.log_bytes))
+                sum(s.nbytes for s in tr.spans.values()) + tr.log_bytes
+                + SPAN_HELD_BYTES * len(tr.spans)))
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)
         self._forget(now)
