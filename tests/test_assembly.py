@@ -12,7 +12,7 @@ import tracemalloc
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_eval.assemble.assembler import TraceAssembler
+from otel_eval.assemble.assembler import ID_HELD_BYTES, TraceAssembler
 from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.base.model import Span
 from otel_eval.decode import otlp
@@ -632,3 +632,25 @@ def test_released_traces_kept_for_reopening_hold_at_most_max_released_bytes() ->
         tracemalloc.stop()
     assert 0 < a.released_bytes <= bound
     assert held <= bound * 1.1, held
+
+
+def test_a_remembered_trace_id_costs_what_the_docs_say() -> None:
+    """``max_tombstones`` ids are remembered, each at ``ID_HELD_BYTES`` (the figure docs and
+    the configuration reads), not the 16 bytes once written: ~200 (its 32-character str and
+    its place in an ordered dict), so the default million is ~200 MB."""
+    n = 20_000
+    a = TraceAssembler(dataclasses.replace(CFG, max_open_traces=n + 1, max_released_traces=0,
+                                           max_tombstones=n + 1))
+    a.add([span(T1, 1)], now=0)  # every code path warm first
+    a.tick(100)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        a.add([span(f"{t + 1:032x}", 1) for t in range(n)], now=100)
+        a.tick(1000)  # released (their deadlines past), nothing kept but their ids
+        gc.collect()
+        held = (tracemalloc.get_traced_memory()[0] - before) / n
+    finally:
+        tracemalloc.stop()
+    assert ID_HELD_BYTES / 2 <= held <= ID_HELD_BYTES, held

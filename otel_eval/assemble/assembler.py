@@ -33,7 +33,7 @@ its evaluation is then superseded. A span it already holds is a ``duplicate_span
 (a client retrying an acknowledged request re-opens nothing), and so is a log record it holds
 (``duplicate_log_record``: the same record's bytes; held twice, its event would read as the
 run's twice). Later spans are rejected as
-``late`` while the trace id is remembered (``max_tombstones`` ids, 16 bytes of state each);
+``late`` while the trace id is remembered (``max_tombstones`` ids, ``ID_HELD_BYTES`` each);
 beyond that they start a new trace.
 
 Pass-through (``pass_through``: otel-eval in the trace path) owes the backend every span
@@ -92,6 +92,11 @@ if TYPE_CHECKING:  # records come held (decode.otlp_logs); the assembler only re
 # memory of released traces kept for re-opening: a trace of many small spans held ~16x its
 # bytes as received.
 SPAN_HELD_BYTES = 1024
+# Memory one remembered trace id costs (a tombstone, or a cut mark): its 32-character str
+# and its place in an ordered dict, ~180-250 bytes measured as the table fills
+# (tests/test_assembly.py); the default million tombstones hold up to ~250 MB, and as many
+# cut marks as much again.
+ID_HELD_BYTES = 256
 
 # Reasons a span is refused by assembly (counted as rejected; never acknowledged).
 ASSEMBLY_REJECT_REASONS = ("duplicate_span", "trace_too_large", "late", "foreign_sender")

@@ -62,7 +62,9 @@ class AssemblyConfig:
     # reopen memory is bounded in bytes, not only in traces.
     max_released_bytes: int = 256 * 1024 * 1024
     # Ids of released traces remembered (no spans) so that very late spans are refused as
-    # `late` instead of starting a fragment that would replace a full evaluation.
+    # `late` instead of starting a fragment that would replace a full evaluation. Memory: up
+    # to 256 bytes an id (a 32-character str in an ordered dict), ~250 MB for the default;
+    # the ids refused for a service's share (max_service_share) are remembered as many again.
     max_tombstones: int = 1_000_000
     # Bytes of spans (as received, OTLP protobuf) accepted but not yet evaluated. Past it
     # receivers throttle spans (reason `pending_bytes`), as for max_pending_spans. Log
