@@ -1,0 +1,58 @@
+"""What the bounds let ``serve``'s process tree hold in memory at worst, in one place.
+
+Each part is a bound of the configuration times what one item it counts costs in memory
+(measured: ``assembler.SPAN_HELD_BYTES``, ``assembler.ID_HELD_BYTES``, ``RECORD_HELD_BYTES``),
+or a measured figure (the idle tree, the issues job's peak). The parts may all be full at
+once (a slow store fills pending, the judge and the exporters while traffic goes on), so
+their sum is what a container's memory limit must hold: the chart's default config is kept
+under its default limit (tests/deploy/test_chart_memory.py). docs/architecture.md (Memory at
+worst) gives the figures for the defaults. An upper bound: a span released and not yet
+evaluated is counted both pending and kept for re-opening.
+
+Not counted: a request being decoded, before admission (its spans cost ``SPAN_HELD_BYTES``
+each beyond their bytes as received, up to ``receiver.max_message_bytes`` of them), and an
+evaluation worker's trace (``trajectory`` bounds).
+"""
+
+from __future__ import annotations
+
+from otel_eval.app.config import Config
+from otel_eval.assemble.assembler import ID_HELD_BYTES, SPAN_HELD_BYTES
+
+MIB = 1024 * 1024
+# serve and one evaluation worker once litellm and scikit-learn are imported (the first
+# priced step, the success model): ~300 MiB (the chart's resources comment)
+IDLE_BYTES = 300 * MIB
+# the issues job's peak over 3,000 distinct critiques (``issues.max_exact``), bench/README.md
+ISSUES_BYTES = 432 * MIB
+# memory one held GenAI log record costs beyond its bytes as received (``HeldRecord``, its
+# ids and name, its key in its trace's set): ~350 bytes measured for a small one
+RECORD_HELD_BYTES = 512
+
+
+def worst_case(config: Config) -> dict[str, int]:
+    """Bytes each part may hold at once, at worst (module docstring)."""
+    a, r = config.assembly, config.receiver
+    parts = {
+        "idle process tree (serve, one worker)": IDLE_BYTES,
+        "OTLP/HTTP request bodies in flight": max(r.max_body_bytes_in_flight,
+                                                  r.max_message_bytes),
+        "OTLP/gRPC messages being read (grpc_workers x max_message_bytes)":
+            r.grpc_workers * r.max_message_bytes,
+        "pending spans (max_pending_bytes + max_pending_spans x SPAN_HELD_BYTES)":
+            a.max_pending_bytes + a.max_pending_spans * SPAN_HELD_BYTES,
+        "pending log records (max_pending_log_bytes + records x RECORD_HELD_BYTES)":
+            a.max_pending_log_bytes + a.max_pending_log_records * RECORD_HELD_BYTES,
+        "released traces kept for re-opening (max_released_bytes)": a.max_released_bytes,
+        "remembered trace ids (tombstones and cut marks, 2 x max_tombstones)":
+            2 * a.max_tombstones * ID_HELD_BYTES,
+        "issues job": ISSUES_BYTES,
+    }
+    exporters = sum(bool(e) for e in (config.export.events_endpoint,
+                                      config.export.forward_endpoint))
+    if exporters:
+        parts["export queues (max_queue_bytes each)"] = (
+            exporters * config.export.max_queue_bytes)
+    if config.judge.model:
+        parts["judge queue (max_queue_bytes)"] = config.judge.max_queue_bytes
+    return parts

@@ -1,0 +1,43 @@
+"""The chart's default config holds, at worst, no more memory than its default limit.
+
+Each bound of the config lets serve hold so much (``app.memory.worst_case``, figures measured
+in tests/test_assembly.py); all of them may be full at once (a slow store fills pending while
+traffic goes on), so the container's limit must hold their sum, or the pod is OOM-killed
+under load instead of throttling the exporters as the bounds promise. No helm needed: the
+chart renders ``config`` over what it adds (endpoints, store path, workers), none of them a
+memory bound.
+"""
+
+from __future__ import annotations
+
+import yaml
+from deploy_files import CHART
+
+from otel_eval.app.config import Config, build
+from otel_eval.app.memory import worst_case
+
+_UNITS = {"Mi": 1024 ** 2, "Gi": 1024 ** 3}
+
+
+def _quantity(text: str) -> int:
+    return int(text[:-2]) * _UNITS[text[-2:]]
+
+
+def test_the_chart_config_fits_its_memory_limit() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    limit = _quantity(values["resources"]["limits"]["memory"])
+    parts = worst_case(build(Config, values["config"]))
+    total = sum(parts.values())
+    assert total <= limit, "\n".join(
+        [f"worst case {total >> 20} MiB over the limit {limit >> 20} MiB:"]
+        + [f"  {n >> 20:>5} MiB  {name}" for name, n in parts.items()])
+
+
+def test_the_architecture_doc_gives_the_worst_cases() -> None:
+    """docs/architecture.md (Memory at worst) states the totals the code computes: the
+    defaults' and the chart's."""
+    text = " ".join((CHART.parents[1] / "docs" / "architecture.md").read_text().split())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for config in (Config(), build(Config, values["config"])):
+        total = sum(worst_case(config).values())
+        assert f"~{total / 1024 ** 3:.1f} GiB" in text, total
