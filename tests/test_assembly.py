@@ -654,3 +654,15 @@ def test_a_remembered_trace_id_costs_what_the_docs_say() -> None:
     finally:
         tracemalloc.stop()
     assert ID_HELD_BYTES / 2 <= held <= ID_HELD_BYTES, held
+
+
+def test_the_deadline_heap_is_bounded_by_the_open_traces() -> None:
+    """A released run's earlier deadline (its idle timeout, pushed before its root ended)
+    stayed in the heap until that time passed: memory grew with the traces released in the
+    last ``idle_timeout_s``, bounded by no setting (2,000 traces/s: 360,000 entries)."""
+    a = TraceAssembler(dataclasses.replace(CFG, max_open_traces=100_000))
+    for second in range(100):
+        a.add([span(f"{second * 100 + t + 1:032x}", 1) for t in range(100)], now=second)
+        a.tick(second)
+    assert len(a) <= 1100  # the last grace_s seconds' runs
+    assert len(a._heap) <= 2 * len(a) + 1024, len(a._heap)

@@ -638,6 +638,17 @@ class TraceAssembler:
         if tr.deadline < tr.scheduled:  # a later deadline is handled when the entry surfaces
             tr.scheduled = tr.deadline
             heapq.heappush(self._heap, (tr.deadline, tr.trace_id))
+            if len(self._heap) > 2 * len(self._open) + 1024:
+                self._compact_heap()
+
+    def _compact_heap(self) -> None:
+        """Only the open traces' live entries kept: a released run's earlier ones (its idle
+        timeout, pushed before its root ended) stayed until their time passed, a heap growing
+        with the traces released in the last ``idle_timeout_s``, bounded by no setting.
+        O(open traces), once per as many pushes: O(1) per push."""
+        self._heap = [(tr.scheduled, tid) for tid, tr in self._open.items()
+                      if tr.scheduled != float("inf")]
+        heapq.heapify(self._heap)
 
     def tick(self, now: float) -> list[Trace]:
         """Release every trace whose deadline has passed."""
