@@ -35,9 +35,12 @@ class JudgedResults(Protocol):
     """Where a stored judgement goes out again as the whole result (``outputs.kafka``'s
     results topic: the v1 object, now with its ``judge``)."""
 
-    def publish(self, evaluation: Evaluation) -> None: ...
+    # ``held``: taken until the record is delivered or dropped for good (the judge's
+    # journal entry stays until then)
+    def publish(self, evaluation: Evaluation, held: Held | None = None) -> None: ...
 
-    def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int) -> None: ...
+    def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int,
+                       held: Held | None = None) -> None: ...
 
     def ordered(self) -> AbstractContextManager[None]:
         """Held from reading the stored row back to handing it over."""

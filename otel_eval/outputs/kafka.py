@@ -17,6 +17,9 @@ so is a judged one, once its judgement (or the judge's skip) is stored (``publis
 judge stage): the record then holds the ``judge`` the results API returns, as the last
 published for its key; and so is one whose verdict a known outcome re-judged
 (``publish_stored``, from ``POST /v1/feedback``): the stored object, with that verdict.
+The judge's record is held as the engine's: its journal entry (``evaluate.judge.journal``)
+stays until the record is delivered or dropped for good, and a start after a crash sends the
+stored object again (at least once).
 The queue holds in memory what no topic has yet: each exported trace is ``Held``
 (``base.component.DeliveringSink``, as the evaluation events are) until its record is
 delivered or dropped for a counted reason (never for a stop: ``shutdown``), so its spool rows
@@ -118,20 +121,23 @@ class ResultsPublisher:
         ``held`` is taken until the record is delivered or dropped for good."""
         self._hand_over(evaluation, judged=False, held=held)
 
-    def publish(self, evaluation: Evaluation) -> None:
+    def publish(self, evaluation: Evaluation, held: Held | None = None) -> None:
         """The evaluation again, with its judge: the judge stage's, once a judgement (or a
         skip) is stored (``outputs.deps.JudgedResults``). The last record of its key, even
-        when the engine's ``export`` of it comes after (that one is then not sent)."""
-        self._hand_over(evaluation, judged=True)
+        when the engine's ``export`` of it comes after (that one is then not sent).
+        ``held`` (the judge's journal entry) is taken until the record is delivered or
+        dropped for good, as ``export``'s."""
+        self._hand_over(evaluation, judged=True, held=held)
 
-    def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int) -> None:
+    def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int,
+                       held: Held | None = None) -> None:
         """Any thread. The stored v1 object again, as the results API returns it now: an
         outcome's (``POST /v1/feedback``, the web view's form), once the verdict it re-judged
-        is stored (``evaluated_at_ns``: the row's). The last record of its key, as
-        ``publish``'s."""
+        is stored (``evaluated_at_ns``: the row's), or the judge's. The last record of its
+        key, as ``publish``'s; ``held`` as ``publish``'s."""
         trace_id, revision = str(body.get("trace_id")), body.get("revision")
         key = (trace_id, revision if type(revision) is int else 0, evaluated_at_ns)
-        self._send(trace_id, body, key, judged=True)
+        self._send(trace_id, body, key, judged=True, held=held)
 
     @contextlib.contextmanager
     def ordered(self) -> Iterator[None]:

@@ -24,6 +24,7 @@ from support.poll import poll
 from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service
 from otel_eval.base.aio import LoopThread
+from otel_eval.base.component import Held
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaStats
 from otel_eval.base.model import Trace
@@ -44,11 +45,12 @@ class Published:
         self.records: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
-    def publish(self, evaluation: Evaluation) -> None:
-        self.publish_stored(evaluation.to_json(), evaluation.evaluated_at_ns)
+    def publish(self, evaluation: Evaluation, held: Held | None = None) -> None:
+        self.publish_stored(evaluation.to_json(), evaluation.evaluated_at_ns, held)
 
-    def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int) -> None:
-        with self._lock:
+    def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int,
+                       held: Held | None = None) -> None:
+        with self._lock:  # delivered at once: ``held`` is not taken
             self.records.append(json.loads(json.dumps(body, default=str)))
 
     def ordered(self) -> contextlib.AbstractContextManager[None]:

@@ -5,19 +5,20 @@ The judge queue lives in memory. ``PendingJournal`` keeps, in table ``judge_pend
 local SQLite file the rubric cache uses, the (trace id, revision) of each evaluation queued for
 the judge and not yet stored with its judgement or its skip. It is written only from the judge
 stage's writer thread, in order: an entry is added before the judgement's own write is made,
-and removed right after it, or, when the judgement's events go out (``export.events_endpoint``),
-once the events sink has delivered them or dropped them for good (the sink's queue is memory).
+and removed right after it, or, when the judgement's events go out (``export.events_endpoint``)
+or its results record (``kafka.results_topic``), once the events sink and the results
+publisher have delivered them or dropped them for good (their queues are memory).
 What a start finds there was queued by a process that died before storing it, or before its
-events left: the stage stores the first as skipped ``restart`` (counted in
+events and results record left: the stage stores the first as skipped ``restart`` (counted in
 ``otel_eval_judge_skipped_total{reason="restart"}``) instead of leaving the row unmarked, and
-sends the stored judgement's events again for the second (at least once). The entry keeps the
-span the run's events are attached to (``run_span_id``), which the stored row does not ("" in
-an entry an older version wrote: the stage reads it from the stored steps, as
-``results.stored_run_span_id``), and
-the evaluation time of the evaluation it was queued for (``evaluated_at_ns``): a row of the
-same revision evaluated at another time is a later evaluation (a run re-opened by late spans,
-replayed whole at revision 0 again by the next start, or by another worker of the fleet),
-whose judge is its evaluator's, not this entry's (None: an entry an older version wrote).
+sends the stored judgement's events and results record again for the second (at least once).
+The entry keeps the span the run's events are attached to (``run_span_id``), which the
+stored row does not ("" in an entry an older version wrote: the stage reads it from the
+stored steps, as ``results.stored_run_span_id``), and the evaluation time of the evaluation
+it was queued for (``evaluated_at_ns``): a row of the same revision evaluated at another time
+is a later evaluation (a run re-opened by late spans, replayed whole at revision 0 again by
+the next start, or by another worker of the fleet), whose judge is its evaluator's, not this
+entry's (None: an entry an older version wrote).
 
 The entry is written by the writer thread after the submit, behind the judge writes queued
 before it: a kill in that gap (milliseconds; longer while the store holds the writer) still

@@ -21,10 +21,11 @@ over once it began: each skipped ``shutdown`` (stored onto its completion, count
 session keeps its verdict by code).
 
 Each queued evaluation is kept in a journal (``journal.PendingJournal``) until its judgement or
-skip is stored, and a judgement's until its events are delivered (or dropped for good), as is
-each session judgement under way until it is written: the work a killed process held is
-marked skipped ``restart`` at the next start, and counted, and the
-events of a judgement stored but not delivered are sent again from the store (at least once).
+skip is stored, and a judgement's (or skip's) until its events and its results-topic record
+are delivered (or dropped for good), as is each session judgement under way until it is
+written: the work a killed process held is marked skipped ``restart`` at the next start, and
+counted, and the events and results record of a judgement stored but not delivered are sent
+again from the store (at least once).
 Each judgement is cut to fit the stored result (``fit``: the trajectory's ``max_value_bytes``
 per text, ``max_result_bytes`` for the whole row) before it is written.
 
@@ -168,23 +169,33 @@ class JudgeStage:
                     stored = self.store.put_judge(trace_id, revision,
                                                   skipped_judge("restart"), evaluated_at_ns)
                     self.metrics.judge.skip("restart")
-                    self._journal.remove(trace_id, revision)
+                    held = Held(trace_id, revision, self._delivered)
                     if stored and self.results is not None:  # as every judge skip is
-                        self._publish_row(self.results, trace_id, revision)
-                elif self.events is not None:
-                    trace = Trace(trace_id, [], row.get("status") or "complete",
-                                  revision=revision)
-                    # an older version's entry kept no span: the run's, from its steps
-                    self._send(stored_evaluation(trace, row),
-                               run_span_id or stored_run_span_id(row))
-                else:
-                    self._journal.remove(trace_id, revision)
+                        self._publish_row(self.results, trace_id, revision, held)
+                    settle([held])  # the entry leaves once its record is delivered
+                else:  # stored: its events and results record, not delivered, sent again
+                    self._resend(trace_id, revision, run_span_id, row)
             self._mark_lost_sessions()
         except Exception as e:  # the store's failure: said; the entries left wait for a start
             log.error("marking the judge work of a stopped process failed: %s",
                       type(e).__name__, exc_info=e)
             return False
         return True
+
+    def _resend(self, trace_id: str, revision: int, run_span_id: str,
+                row: dict[str, Any]) -> None:  # on the writer thread
+        """A judgement stored by a dead process: its events and its results record again,
+        from the store, the entry held until both are delivered or dropped for good."""
+        held = Held(trace_id, revision, self._delivered)
+        if self.results is not None:
+            self._publish_row(self.results, trace_id, revision, held)
+        if self.events is not None:
+            trace = Trace(trace_id, [], row.get("status") or "complete", revision=revision)
+            # an older version's entry kept no span: the run's, from its steps
+            self._send(stored_evaluation(trace, row), run_span_id or stored_run_span_id(row),
+                       held)
+        else:
+            settle([held])
 
     def _mark_lost_sessions(self) -> None:  # on the writer thread
         """A session judgement a dead process had under way: stored skipped ``restart`` onto
@@ -272,14 +283,14 @@ class JudgeStage:
             evaluation.judge[JUDGED_AT] = time.time_ns()
         self._write(evaluation, then=self._judged if self.events is not None else None)
 
-    def _judged(self, evaluation: Evaluation) -> None:  # on the loop, once it is stored
-        self._send(evaluation, evaluation.trajectory.run_span_id)
+    def _judged(self, evaluation: Evaluation, held: Held) -> None:  # on the loop, once stored
+        self._send(evaluation, evaluation.trajectory.run_span_id, held)
 
-    def _send(self, evaluation: Evaluation, run_span_id: str) -> None:
+    def _send(self, evaluation: Evaluation, run_span_id: str, held: Held) -> None:
         """The judgement's events, holding its journal entry until they are delivered or
-        dropped for good (``_delivered``); a stop first leaves it for the next start."""
+        dropped for good (``_delivered``); a stop first leaves it for the next start.
+        Settles the stage's own take of ``held``."""
         assert self.events is not None
-        held = Held(evaluation.trace_id, evaluation.trajectory.revision, self._delivered)
         self.events.export_judge(evaluation, run_span_id, self.config.low_score_threshold,
                                  (held,))  # raising: the entry stays, sent at the next start
         settle([held])  # the stage's own hold: released here when the sink queued none
@@ -301,16 +312,19 @@ class JudgeStage:
         self._write(evaluation)
 
     def _write(self, evaluation: Evaluation,
-               then: Callable[[Evaluation], None] | None = None) -> None:  # on the loop
-        """Hand ``put_judge`` to the writer thread and return at once; ``then(evaluation)``
-        runs on the loop once the store took it (not when the trace was re-evaluated since)."""
+               then: Callable[[Evaluation, Held], None] | None = None) -> None:  # on the loop
+        """Hand ``put_judge`` to the writer thread and return at once; ``then(evaluation,
+        held)`` runs on the loop once the store took it (not when the trace was re-evaluated
+        since), and settles the stage's take of ``held``: the journal entry, kept until the
+        judgement's events and results record are delivered or dropped for good."""
         assert evaluation.judge is not None and self._writer is not None
         events = then is not None
+        held = Held(evaluation.trace_id, evaluation.trajectory.revision, self._delivered)
         try:
             write = self._writer.put(
                 evaluation.trace_id, evaluation.trajectory.revision, evaluation.judge,
                 shape=lambda judge: self._fit(evaluation, judge),
-                after=lambda stored: self._after_write(evaluation, stored, events),
+                after=lambda stored: self._after_write(evaluation, stored, events, held),
                 # the evaluation judged: another of the same revision (a replay, here or by
                 # another worker) is judged on its own
                 evaluated_at_ns=evaluation.evaluated_at_ns)
@@ -319,7 +333,8 @@ class JudgeStage:
                         evaluation.trace_id)
             return
         self._writes.add(write)
-        write.add_done_callback(lambda f: self.loop.call(self._written, f, evaluation, then))
+        write.add_done_callback(
+            lambda f: self.loop.call(self._written, f, evaluation, then, held))
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -459,16 +474,22 @@ class JudgeStage:
             log.error("clearing the journal entry of trace %s failed: %s",
                       evaluation.trace_id, e)
 
-    def _after_write(self, evaluation: Evaluation, stored: bool, events: bool) -> None:
-        """On the writer thread, once the store answered: a judgement whose events go out
-        keeps its journal entry until they are delivered; a stored one goes to the results
-        topic as the row now reads (``_publish``)."""
-        if not (stored and events):
+    def _after_write(self, evaluation: Evaluation, stored: bool, events: bool,
+                     held: Held) -> None:
+        """On the writer thread, once the store answered: a stored judgement goes to the
+        results topic as the row now reads (``_publish``), and keeps its journal entry
+        (``held``) until that record and its events are delivered: a crash before then sends
+        them again at the next start (``_mark_lost``). Not stored: out of the journal."""
+        if not stored:
             self._journal_remove(evaluation)
-        if stored and self.results is not None:
-            self._publish(self.results, evaluation)
+            return
+        if self.results is not None:
+            self._publish(self.results, evaluation, held)
+        if not events:  # else ``_send`` settles the stage's take, once the events are queued
+            settle([held])
 
-    def _publish(self, results: JudgedResults, evaluation: Evaluation) -> None:
+    def _publish(self, results: JudgedResults, evaluation: Evaluation,
+                 held: Held | None = None) -> None:
         """On the writer thread: the stored object, with its judge, to the results topic:
         read back, since the row may hold more than ``evaluation`` (a verdict an outcome
         re-judged while the judge ran: ``POST /v1/feedback``), and the topic's last record
@@ -482,12 +503,13 @@ class JudgeStage:
                             evaluation.trace_id, type(e).__name__)
                 got = None
             if got is None:
-                results.publish(evaluation)
+                results.publish(evaluation, held)
             elif (got[0].get("revision"), got[1]) == (evaluation.trajectory.revision,
                                                       evaluation.evaluated_at_ns):
-                results.publish_stored(*got)
+                results.publish_stored(*got, held)
 
-    def _publish_row(self, results: JudgedResults, trace_id: str, revision: int) -> None:
+    def _publish_row(self, results: JudgedResults, trace_id: str, revision: int,
+                     held: Held) -> None:
         """On the writer thread: the stored row of ``revision``, its judge just written
         (``_mark_lost``), to the results topic as the results API returns it."""
         with results.ordered():
@@ -498,10 +520,11 @@ class JudgeStage:
                             type(e).__name__)
                 return
             if got is not None and got[0].get("revision") == revision:
-                results.publish_stored(*got)
+                results.publish_stored(*got, held)
 
     def _written(self, write: Future[bool], evaluation: Evaluation,
-                 then: Callable[[Evaluation], None] | None) -> None:  # on the loop
+                 then: Callable[[Evaluation, Held], None] | None,
+                 held: Held) -> None:  # on the loop
         self._writes.discard(write)
         if write.cancelled():
             return
@@ -509,7 +532,7 @@ class JudgeStage:
             log.error("storing the judge result of trace %s failed: %s", evaluation.trace_id,
                       type(e).__name__, exc_info=e)
         elif write.result() and then is not None:
-            then(evaluation)
+            then(evaluation, held)
 
     def shutdown(self, deadline_s: float) -> None:
         """Drain for at most ``deadline_s``; what is left is stored as skipped ``shutdown``,
