@@ -84,11 +84,11 @@ class Feedback:
         self._recorded()  # the outcome's row is written: the calibration report is stale
         if written and self._published is not None:  # the verdict changed: what the
             with self._published.ordered():  # results API returns now, read after our
-                got = store.get_stamped(trace_id)  # write, handed over in read order
+                got = store.get_versioned(trace_id)  # write, handed over in read order
                 if got is not None:
                     self._published.publish_stored(*got)
         else:
-            got = store.get_stamped(trace_id)  # with whatever the judge wrote meanwhile
+            got = store.get_versioned(trace_id)  # with whatever the judge wrote meanwhile
         stored = got[0] if got is not None else None
         if stored is not None and self._serving_model(stored):
             self.metrics.labelled(stored, outcome)  # the predictor's rolling AUC

@@ -39,7 +39,7 @@ class JudgedResults(Protocol):
     # journal entry stays until then)
     def publish(self, evaluation: Evaluation, held: Held | None = None) -> None: ...
 
-    def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int,
+    def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int, row_version: int = 0,
                        held: Held | None = None) -> None: ...
 
     def ordered(self) -> AbstractContextManager[None]:

@@ -29,6 +29,17 @@ A record of an older evaluation of a trace (a lower revision, or the same one ev
 earlier) handed over after a newer one's is not sent: the threads that hand records over race
 (the engine's sinks, the judge's writer, feedback), and the last record of a key stays the
 newest evaluation.
+
+Within one process that holds; a fleet's processes publish a key each on its own (a worker's
+engine and judge, another worker's replay of the run after a rebalance, a front end's or
+another worker's ``POST /v1/feedback``), so the topic's order of a key's records is the order
+their publishers happened to send them. Each record therefore carries its place among them,
+in headers (decimal ASCII): ``otel_eval.revision`` and ``otel_eval.evaluated_at_ns`` (the
+evaluation it is of: ``store.stamp``), and ``otel_eval.row_version`` (the writes made to that
+evaluation's row when it was read: 0 as the engine stored it, one more per judge or feedback
+write; migration 20). A consumer keeps, per key, the record with the highest (revision,
+evaluated_at_ns, row_version), compared as integers, the later of equals: the newest the
+store held (docs/guide.md). A replay's record (``already_evaluated``) says row_version 0.
 """
 
 from __future__ import annotations
@@ -73,8 +84,9 @@ class ResultsPublisher:
         self.metrics: KafkaMetrics = metrics if metrics is not None else KafkaStats()
         # (sink, reason, items): ``SinkMetrics.dropped``, otel_eval_sink_dropped_total
         self._sink_dropped = sink_dropped
-        # (trace id, JSON, the trace's ``Held``: settled once delivered or dropped for good)
-        self._queue: deque[tuple[str, bytes, Held | None]] = deque()
+        # (trace id, JSON, the trace's ``Held``: settled once delivered or dropped for good,
+        # the record's headers: its place among its key's, ``_headers``)
+        self._queue: deque[tuple[str, bytes, Held | None, Headers]] = deque()
         # (trace id, revision, evaluated_at_ns) of the evaluations published judged, the
         # newest ``results_queue_size``: their un-judged record, handed over after (an
         # engine thread slower than the judge's skip), is not queued behind them
@@ -129,15 +141,16 @@ class ResultsPublisher:
         dropped for good, as ``export``'s."""
         self._hand_over(evaluation, judged=True, held=held)
 
-    def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int,
+    def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int, row_version: int = 0,
                        held: Held | None = None) -> None:
         """Any thread. The stored v1 object again, as the results API returns it now: an
         outcome's (``POST /v1/feedback``, the web view's form), once the verdict it re-judged
-        is stored (``evaluated_at_ns``: the row's), or the judge's. The last record of its
-        key, as ``publish``'s; ``held`` as ``publish``'s."""
+        is stored (``evaluated_at_ns``, ``row_version``: the row's, ``get_versioned``), or
+        the judge's. The last record of its key, as ``publish``'s; ``held`` as
+        ``publish``'s."""
         trace_id, revision = str(body.get("trace_id")), body.get("revision")
         key = (trace_id, revision if type(revision) is int else 0, evaluated_at_ns)
-        self._send(trace_id, body, key, judged=True, held=held)
+        self._send(trace_id, body, key, judged=True, held=held, row_version=row_version)
 
     @contextlib.contextmanager
     def ordered(self) -> Iterator[None]:
@@ -155,15 +168,17 @@ class ResultsPublisher:
         self._send(evaluation.trace_id, evaluation.to_json(), key, judged, held)
 
     def _send(self, trace_id: str, body: dict[str, Any], key: tuple[str, int, int],
-              judged: bool, held: Held | None = None) -> None:
+              judged: bool, held: Held | None = None, row_version: int = 0) -> None:
         payload = json.dumps(body, separators=(",", ":"), default=str).encode()
+        headers = _headers(key[1], key[2], row_version)
         loop = self._loop
         if held is not None:
             held.take()  # settled by ``_enqueue`` or once its record's fate is known
         try:
             if loop is None:
                 raise RuntimeError("not started")
-            loop.call_soon_threadsafe(self._enqueue, trace_id, payload, key, judged, held)
+            loop.call_soon_threadsafe(self._enqueue, trace_id, payload, key, judged, held,
+                                      headers)
         except RuntimeError:  # not started, or closed (stopping): one check, no window
             self._dropped("not_started", 1)  # held stays: replayed after the restart
 
@@ -177,7 +192,8 @@ class ResultsPublisher:
         """No evaluation, no result to publish."""
 
     def _enqueue(self, trace_id: str, payload: bytes, key: tuple[str, int, int] | None = None,
-                 judged: bool = False, held: Held | None = None) -> None:
+                 judged: bool = False, held: Held | None = None,
+                 headers: Headers = ()) -> None:
         if key is not None and self._older(key):
             _settle(held)
             return  # a newer evaluation of its trace is queued or sent: it stays the last
@@ -194,7 +210,7 @@ class ResultsPublisher:
         if len(self._queue) >= self.config.results_queue_size:
             _settle(self._queue.popleft()[2])
             self._dropped("queue_full", 1)
-        self._queue.append((trace_id, payload, held))
+        self._queue.append((trace_id, payload, held, headers))
         self._wake.set()
 
     def _older(self, key: tuple[str, int, int]) -> bool:
@@ -227,10 +243,10 @@ class ResultsPublisher:
         from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
         while self._queue:
-            trace_id, payload, held = self._queue[0]
+            trace_id, payload, held, headers = self._queue[0]
             try:
                 fut = await producer.send(self.config.results_topic, payload,
-                                          key=trace_id.encode())
+                                          key=trace_id.encode(), headers=list(headers))
             except KafkaError as e:  # refused before it was sent: this record alone
                 self._queue.popleft()
                 too_large = isinstance(e, MessageSizeTooLargeError)  # it can never fit
@@ -284,6 +300,17 @@ class ResultsPublisher:
             if self._sent:
                 self._dropped("shutdown", len(self._sent))
                 self._sent = []
+
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+def _headers(revision: int, evaluated_at_ns: int, row_version: int) -> Headers:
+    """A record's place among its key's (the module's docstring): integers, as decimal
+    ASCII."""
+    return (("otel_eval.revision", str(revision).encode()),
+            ("otel_eval.evaluated_at_ns", str(evaluated_at_ns).encode()),
+            ("otel_eval.row_version", str(row_version).encode()))
 
 
 def _settle(held: Held | None) -> None:

@@ -155,6 +155,12 @@ class EvaluationStore(Protocol):
         None: what is sent again from a stored evaluation is timed as its first send was."""
         ...
 
+    def get_versioned(self, trace_id: str) -> tuple[dict[str, Any], int, int] | None:
+        """``get_stamped`` and the row's version (migration 20): the writes made to the
+        evaluation since ``put_many`` stored it (0), one per judge or feedback write, all
+        in one read: a results-topic record's ``otel_eval.row_version``."""
+        ...
+
     def stamp(self, trace_id: str) -> tuple[int, int] | None:
         """(revision, evaluated_at_ns) of the stored evaluation, or None: a worker that
         re-evaluates a dead one's traces tells that worker's commit from an older row."""

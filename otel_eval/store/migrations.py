@@ -55,6 +55,10 @@ Both stores keep the same tables, with each engine's types:
        re-evaluation after late spans, counted only as superseded, moves
        ``evaluated_at_ns``); backfilled for revision 0 (no late spans came), NULL (in no
        counted window) for a run re-evaluated before it
+   20  evaluations.row_version: the writes made to the row's evaluation (0 as ``put_many``
+       stores it, one more per judge or feedback write), carried by each results-topic
+       record (``outputs.kafka``): a consumer keeps the newest of a key that processes of a
+       fleet published in any order (0 in rows before it)
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -170,6 +174,18 @@ def _sqlite_first_evaluated(execute: Callable[..., Any]) -> None:
     execute(_FIRST_EVALUATED_BACKFILL)
 
 
+# Migration 20: the writes made to a row's evaluation (``EvaluationStore.get_versioned``): 0 as
+# ``put_many`` stores it, one more per judge or feedback write; a results-topic record carries
+# it (``outputs.kafka``), so a consumer of the fleet's records keeps a key's newest
+_ROW_VERSION = "ALTER TABLE evaluations ADD COLUMN row_version {} NOT NULL DEFAULT 0"
+
+
+def _sqlite_row_version(execute: Callable[..., Any]) -> None:
+    """Migration 20 on SQLite (no ``ADD COLUMN IF NOT EXISTS``): the column once."""
+    if "row_version" not in {row[1] for row in execute("PRAGMA table_info(evaluations)")}:
+        execute(_ROW_VERSION.format("INTEGER"))
+
+
 def _backfill_started(start: str, differs: str = "") -> str:
     """The start of each stored turn, from its body (``start``: the dialect's integer at
     ``start_time_unix_nano``, NULL when none); the rows without a session are not read by it.
@@ -256,6 +272,7 @@ SQLITE: tuple[Migration, ...] = (
     (17, "run starts read again", (_backfill_started(_SQLITE_START, "IS NOT"),)),
     (18, "session first completions", (_sqlite_first_completion,)),
     (19, "run first evaluations", (_sqlite_first_evaluated,)),
+    (20, "evaluation row versions", (_sqlite_row_version,)),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -348,6 +365,8 @@ POSTGRESQL: tuple[Migration, ...] = (
         _FIRST_EVALUATED.format("BIGINT").replace("ADD COLUMN", "ADD COLUMN IF NOT EXISTS"),
         _FIRST_EVALUATED_BACKFILL,
     )),
+    (20, "evaluation row versions", (
+        _ROW_VERSION.format("BIGINT").replace("ADD COLUMN", "ADD COLUMN IF NOT EXISTS"),)),
 )
 
 LATEST = SQLITE[-1][0]

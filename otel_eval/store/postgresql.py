@@ -104,7 +104,8 @@ ON CONFLICT (trace_id) DO UPDATE SET revision = excluded.revision,
     agent = excluded.agent, task_id = excluded.task_id, status = excluded.status,
     passed = excluded.passed, body = excluded.body, content_digest = excluded.content_digest,
     session_id = excluded.session_id, started_at_ns = excluded.started_at_ns,
-    span_ids = excluded.span_ids, first_evaluated_at_ns = {first_evaluated("e.")}
+    span_ids = excluded.span_ids, first_evaluated_at_ns = {first_evaluated("e.")},
+    row_version = 0
 RETURNING NOT (xmax = 0),
     (SELECT o.session_id FROM evaluations o WHERE o.trace_id = e.trace_id),
     (SELECT o.revision = e.revision AND o.evaluated_at_ns = e.evaluated_at_ns
@@ -358,8 +359,8 @@ class PostgresStore(KeptSessions):
                     return False
                 body = json.loads(row[0])
                 change(body)
-                conn.execute("UPDATE evaluations SET body = %s, passed = %s "
-                             "WHERE trace_id = %s",
+                conn.execute("UPDATE evaluations SET body = %s, passed = %s, "
+                             "row_version = row_version + 1 WHERE trace_id = %s",
                              (json.dumps(body), row[1] if passed is None else passed,
                               _text(trace_id)))
                 if feedback is not None:
@@ -501,6 +502,11 @@ class PostgresStore(KeptSessions):
         rows = self._rows("SELECT body, evaluated_at_ns FROM evaluations WHERE trace_id = %s",
                           (trace_id,), again=True)  # the engine's: a replay's evaluation
         return (json.loads(rows[0][0]), int(rows[0][1])) if rows else None
+
+    def get_versioned(self, trace_id: str) -> tuple[dict[str, Any], int, int] | None:
+        rows = self._rows("SELECT body, evaluated_at_ns, row_version FROM evaluations "
+                          "WHERE trace_id = %s", (trace_id,))
+        return (json.loads(rows[0][0]), int(rows[0][1]), int(rows[0][2])) if rows else None
 
     def stamp(self, trace_id: str) -> tuple[int, int] | None:
         rows = self._rows("SELECT revision, evaluated_at_ns FROM evaluations "

@@ -293,7 +293,8 @@ class SqliteStore(KeptSessions):
         with self._lock, self._write() as cur:
             cur.execute(
                 "UPDATE evaluations SET body = json_set(body, '$.findings', json(?), "
-                f"'$.verdict', json(?)), passed = ? WHERE {_READ}",
+                f"'$.verdict', json(?)), passed = ?, row_version = row_version + 1 "
+                f"WHERE {_READ}",
                 (json.dumps(findings), json.dumps(verdict), int(bool(verdict["passed"])),
                  trace_id, revision, evaluated_at_ns, evaluated_at_ns))
             written = cur.rowcount == 1
@@ -306,7 +307,8 @@ class SqliteStore(KeptSessions):
                assignment: str, args: tuple[Any, ...]) -> bool:
         with self._lock:
             cur = self._db.execute(
-                f"UPDATE evaluations SET body = {assignment} WHERE {_READ}",
+                f"UPDATE evaluations SET body = {assignment}, row_version = row_version + 1 "
+                f"WHERE {_READ}",
                 (*args, trace_id, revision, evaluated_at_ns, evaluated_at_ns))
         return cur.rowcount == 1
 
@@ -321,6 +323,12 @@ class SqliteStore(KeptSessions):
             row = self._db.execute("SELECT body, evaluated_at_ns FROM evaluations "
                                    "WHERE trace_id = ?", (trace_id,)).fetchone()
         return None if row is None else (json.loads(row[0]), int(row[1]))
+
+    def get_versioned(self, trace_id: str) -> tuple[dict[str, Any], int, int] | None:
+        with self._lock:
+            row = self._db.execute("SELECT body, evaluated_at_ns, row_version FROM evaluations "
+                                   "WHERE trace_id = ?", (trace_id,)).fetchone()
+        return None if row is None else (json.loads(row[0]), int(row[1]), int(row[2]))
 
     def stamp(self, trace_id: str) -> tuple[int, int] | None:
         """(revision, evaluated_at_ns) of the stored evaluation, or None: lets a worker that

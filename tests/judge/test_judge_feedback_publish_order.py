@@ -66,9 +66,9 @@ def test_an_outcome_recorded_while_the_judge_reads_back_ends_the_topic(
         assert feedback.record(ev.trace_id, "failure") is not None
         went_on.set()
 
-    read_back = store.get_stamped
+    read_back = store.get_versioned
 
-    def get_stamped(trace_id: str) -> tuple[dict[str, Any], int] | None:
+    def get_versioned(trace_id: str) -> tuple[dict[str, Any], int, int] | None:
         got = read_back(trace_id)  # the judged row, the outcome not recorded yet
         if threading.current_thread() is threading.main_thread() and not outcome:
             outcome.append(threading.Thread(target=record))
@@ -76,7 +76,7 @@ def test_an_outcome_recorded_while_the_judge_reads_back_ends_the_topic(
             assert went_on.wait(GUARD_S)
         return got
 
-    store.get_stamped = get_stamped  # type: ignore[method-assign]
+    store.get_versioned = get_versioned  # type: ignore[method-assign]
     stage = JudgeStage(config("http://127.0.0.1:9/v1"), LoopThread(), store,
                        Metrics(CollectorRegistry()), results=publisher)
     try:
@@ -87,7 +87,7 @@ def test_an_outcome_recorded_while_the_judge_reads_back_ends_the_topic(
         assert not outcome[0].is_alive()
         loop.call_soon(loop.stop)
         loop.run_forever()
-        records = [json.loads(payload) for _, payload, _ in publisher._queue]
+        records = [json.loads(payload) for _, payload, *_ in publisher._queue]
         stored = store.get(ev.trace_id)
         assert stored is not None and stored["verdict"]["outcome"] == "failure"
         assert "judge" in stored

@@ -48,7 +48,7 @@ class Published:
     def publish(self, evaluation: Evaluation, held: Held | None = None) -> None:
         self.publish_stored(evaluation.to_json(), evaluation.evaluated_at_ns, held)
 
-    def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int,
+    def publish_stored(self, body: dict[str, Any], evaluated_at_ns: int, row_version: int = 0,
                        held: Held | None = None) -> None:
         with self._lock:  # delivered at once: ``held`` is not taken
             self.records.append(json.loads(json.dumps(body, default=str)))

@@ -26,7 +26,7 @@ from otel_eval.telemetry.metrics import Metrics
 def _queued(publisher: ResultsPublisher, loop: asyncio.AbstractEventLoop) -> list[dict]:
     loop.call_soon(loop.stop)  # after the hand-overs scheduled before it
     loop.run_forever()
-    return [json.loads(payload) for _, payload, _ in publisher._queue]
+    return [json.loads(payload) for _, payload, *_ in publisher._queue]
 
 
 def test_an_outcome_publishes_the_re_judged_verdict_again(tmp_path: Path) -> None:

@@ -42,7 +42,8 @@ class _Producer:
         self.records: list[tuple[bytes, bytes]] = []
         self.sent = threading.Event()
 
-    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[Any]:
+    async def send(self, topic: str, value: bytes, key: bytes,
+                   headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[Any]:
         fut = asyncio.get_running_loop().create_future()
         self.records.append((key, value))
         if self.deliver:

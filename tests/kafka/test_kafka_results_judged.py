@@ -21,7 +21,7 @@ from otel_eval.outputs.kafka import ResultsPublisher
 def _queued(publisher: ResultsPublisher, loop: asyncio.AbstractEventLoop) -> list[dict]:
     loop.call_soon(loop.stop)  # after the hand-overs scheduled before it
     loop.run_forever()
-    return [json.loads(payload) for _, payload, _ in publisher._queue]
+    return [json.loads(payload) for _, payload, *_ in publisher._queue]
 
 
 def test_the_judged_record_stays_last_when_the_engine_hands_over_after_it() -> None:

@@ -25,7 +25,7 @@ TID = "a7" * 16
 def _queued(publisher: ResultsPublisher, loop: asyncio.AbstractEventLoop) -> list[dict[str, Any]]:
     loop.call_soon(loop.stop)  # after the hand-overs scheduled before it
     loop.run_forever()
-    return [json.loads(payload) for _, payload, _ in publisher._queue]
+    return [json.loads(payload) for _, payload, *_ in publisher._queue]
 
 
 def _evaluation(revision: int, at_ns: int, spans: int) -> tuple[Trace, Evaluation]:

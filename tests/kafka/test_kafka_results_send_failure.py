@@ -40,7 +40,8 @@ class _Producer:
         self.second = asyncio.Event()
         self.calls = 0
 
-    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[None]:
+    async def send(self, topic: str, value: bytes, key: bytes,
+                   headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[None]:
         self.calls += 1
         if self.calls == 1:
             raise KafkaTimeoutError("Failed to update metadata after 40.0 secs.")
@@ -91,7 +92,8 @@ class _RefusingProducer:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[None]:
+    async def send(self, topic: str, value: bytes, key: bytes,
+                   headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[None]:
         self.calls += 1
         if self.calls == 1:
             raise MessageSizeTooLargeError()

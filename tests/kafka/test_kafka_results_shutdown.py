@@ -28,7 +28,8 @@ class _Producer:
         self.stopped = False
         self.refused = False
 
-    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[Any]:
+    async def send(self, topic: str, value: bytes, key: bytes,
+                   headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[Any]:
         if len(self.futures) == self.room:
             await asyncio.Event().wait()  # no buffer space: waits until cancelled
         fut = asyncio.get_running_loop().create_future()
@@ -80,7 +81,8 @@ class _Refusing(_Producer):
     """Refuses the first record before sending it (over max_request_bytes), as aiokafka's
     ``send`` does: it raises instead of returning a delivery."""
 
-    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[Any]:
+    async def send(self, topic: str, value: bytes, key: bytes,
+                   headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[Any]:
         if not self.refused:
             self.refused = True
             raise MessageSizeTooLargeError()

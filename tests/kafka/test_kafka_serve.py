@@ -164,6 +164,12 @@ def test_publish_front_end_records_are_evaluated_like_direct_otlp(
 async def read_topic(bootstrap: str, name: str, partitions: int
                      ) -> list[tuple[int, bytes, bytes]]:
     """Every record on a topic, up to its end offsets at the time of the call."""
+    return [(p, k, v) for p, k, v, _ in await read_records(bootstrap, name, partitions)]
+
+
+async def read_records(bootstrap: str, name: str, partitions: int
+                       ) -> list[tuple[int, bytes, bytes, dict[str, bytes]]]:
+    """``read_topic``, each record with its headers."""
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await c.start()
     try:
@@ -171,10 +177,11 @@ async def read_topic(bootstrap: str, name: str, partitions: int
         c.assign(parts)
         await c.seek_to_beginning(*parts)
         end = await c.end_offsets(parts)
-        out: list[tuple[int, bytes, bytes]] = []
+        out: list[tuple[int, bytes, bytes, dict[str, bytes]]] = []
         while [tp for tp in parts if await c.position(tp) < end[tp]]:
             batch = await c.getmany(timeout_ms=1000)
-            out.extend((r.partition, r.key, r.value) for recs in batch.values() for r in recs)
+            out.extend((r.partition, r.key, r.value, dict(r.headers))
+                       for recs in batch.values() for r in recs)
         return out
     finally:
         await c.stop()
@@ -195,9 +202,15 @@ def test_results_topic_carries_one_json_per_stored_trace(
                  == 7,
              "the results published")
         stored = {tid: h.svc.store.get(tid) for tid in ids}
-    got = asyncio.run(read_topic(topic.bootstrap, results, 3))
-    assert sorted(k.decode() for _, k, _ in got) == sorted(ids)  # exactly one per trace
-    for _, key, value in got:
+        stamps = {tid: h.svc.store.stamp(tid) for tid in ids}
+    got = asyncio.run(read_records(topic.bootstrap, results, 3))
+    assert sorted(k.decode() for _, k, _, _ in got) == sorted(ids)  # exactly one per trace
+    for _, key, value, headers in got:
         body = json.loads(value)
         assert body["trace_id"] == key.decode()
         assert body == stored[key.decode()]
+        # its place among its key's records (docs/guide.md): as stored, no write since
+        revision, at = stamps[key.decode()] or (-1, -1)
+        assert headers == {"otel_eval.revision": str(revision).encode(),
+                           "otel_eval.evaluated_at_ns": str(at).encode(),
+                           "otel_eval.row_version": b"0"}

@@ -1788,3 +1788,24 @@ def test_a_run_an_earlier_release_evaluated_in_a_rolling_upgrade_is_counted(
     assert counted(counted_since=s(T0 + 100), counted_until=s(T0 + 101)) == [f"{1:032x}"]
     assert counted(counted_since=s(T0 + 200), counted_until=s(T0 + 201)) == [f"{2:032x}"]
     assert counted(counted_since=s(T0 + 201), counted_until=s(T0 + 2000)) == []
+
+
+def test_each_write_of_an_evaluation_counts_in_its_row_version(store: EvaluationStore) -> None:
+    """Migration 20: ``get_versioned`` reads, with the row, the writes made to its evaluation
+    (0 as ``put_many`` stored it, one more per judge or feedback write; a new evaluation
+    starts again at 0): the ``otel_eval.row_version`` of a results-topic record, which orders
+    the records that processes of a fleet publish of one key (``outputs.kafka``)."""
+    ev = _ev(61)
+    tid, at = ev.trace_id, ev.evaluated_at_ns
+    store.put_many([ev])
+    assert store.get_versioned(tid) == (store.get(tid), at, 0)
+    assert store.put_judge(tid, 0, JUDGE, at)
+    assert store.get_versioned(tid) == (store.get(tid), at, 1)
+    assert store.put_feedback_and_verdict(tid, 0, "failure", 1, [],
+                                          {"passed": False, "reasons": []}, at)
+    assert store.get_versioned(tid) == (store.get(tid), at, 2)
+    assert not store.put_judge(tid, 1, JUDGE)  # not the stored revision: nothing written
+    assert store.get_versioned(tid) == (store.get(tid), at, 2)
+    store.put_many([_ev(61, revision=1, at=at + 1)])  # re-opened: a new evaluation
+    assert store.get_versioned(tid) == (store.get(tid), at + 1, 0)
+    assert store.get_versioned("ab" * 16) is None

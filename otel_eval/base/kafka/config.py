@@ -111,7 +111,8 @@ class KafkaConfig:
     session_timeout_s: float = 30.0
     # Topic receiving one JSON evaluation per stored trace (key = trace id), published again
     # once its judge is stored and once an outcome (POST /v1/feedback) re-judged its verdict
-    # (the last per key is the results API's object); empty = off.
+    # (the last per key is the results API's object; in a fleet, the one with the highest
+    # headers otel_eval.revision, .evaluated_at_ns, .row_version: guide.md); empty = off.
     results_topic: str = ""
     # Evaluations waiting to be published before the oldest is dropped (counted).
     results_queue_size: int = 10_000

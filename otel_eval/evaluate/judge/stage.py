@@ -497,7 +497,7 @@ class JudgeStage:
         another evaluation's by now (that one is published on its own)."""
         with results.ordered():  # an outcome's record read after ours goes after ours
             try:
-                got = self.store.get_stamped(evaluation.trace_id)
+                got = self.store.get_versioned(evaluation.trace_id)
             except Exception as e:  # the judgement is stored: what we hold goes out
                 log.warning("reading back the judged trace %s failed: %s",
                             evaluation.trace_id, type(e).__name__)
@@ -506,7 +506,7 @@ class JudgeStage:
                 results.publish(evaluation, held)
             elif (got[0].get("revision"), got[1]) == (evaluation.trajectory.revision,
                                                       evaluation.evaluated_at_ns):
-                results.publish_stored(*got, held)
+                results.publish_stored(*got, held=held)
 
     def _publish_row(self, results: JudgedResults, trace_id: str, revision: int,
                      held: Held) -> None:
@@ -514,13 +514,13 @@ class JudgeStage:
         (``_mark_lost``), to the results topic as the results API returns it."""
         with results.ordered():
             try:
-                got = self.store.get_stamped(trace_id)
+                got = self.store.get_versioned(trace_id)
             except Exception as e:  # the skip is stored: the topic misses it, said
                 log.warning("reading back the judged trace %s failed: %s", trace_id,
                             type(e).__name__)
                 return
             if got is not None and got[0].get("revision") == revision:
-                results.publish_stored(*got, held)
+                results.publish_stored(*got, held=held)
 
     def _written(self, write: Future[bool], evaluation: Evaluation,
                  then: Callable[[Evaluation, Held], None] | None,
