@@ -424,26 +424,33 @@ def test_evaluator_without_persistence_uses_an_emptydir(helm: Helm, tmp_path: Pa
         _validate(doc)
 
 
-def test_a_postgresql_store_needs_no_volume_claim(helm: Helm, tmp_path: Path) -> None:
+def test_a_postgresql_store_keeps_the_spool_on_a_volume_claim(helm: Helm,
+                                                               tmp_path: Path) -> None:
+    """Acknowledged means durable: the spool (OTLP requests acknowledged, runs in flight) is on
+    the pod's claim with the PostgreSQL store too, so a rolling update resumes those runs."""
     docs = helm.template("--set", "postgresql.existingSecret=pg", "--set", "postgresql.key=u")
     sts = one(docs, "StatefulSet")
-    assert "volumeClaimTemplates" not in sts["spec"]
-    assert "persistentVolumeClaimRetentionPolicy" not in sts["spec"]
     env = {e["name"]: e for e in _container(docs)["env"]}
     assert env["OTEL_EVAL_STORE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "pg", "key": "u"}
     cfg = _pod_config(docs, tmp_path)
     assert cfg.store.url == "postgresql://otel-eval:secret-otel_eval_store_url@postgresql:5432/" \
         "otel_eval"
     assert "secret-" not in one(docs, "ConfigMap")["data"]["config.yaml"]
-    # the spool (and the judge's rubric cache) stay local: dataDir on an emptyDir
+    spool = cfg.store.spool_file()
+    assert spool is not None
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
     mount = next(m for m in _container(docs)["volumeMounts"]
-                 if m["mountPath"] == str(Path(cfg.store.path).parent))
-    volume = next(v for v in _pod_spec(docs)["volumes"] if v["name"] == mount["name"])
-    assert volume == {"name": mount["name"], "emptyDir": {}}
-    assert cfg.store.spool_file() is not None
+                 if m["name"] == claim["metadata"]["name"])
+    assert Path(spool).parent == Path(mount["mountPath"])
+    assert claim["metadata"]["name"] not in {v["name"] for v in _pod_spec(docs)["volumes"]}
     for doc in docs:
         _validate(doc)
-    # the Kafka workers example shares one store; the receiver mode never opens one
+    # persistence.enabled=false: the spool on an emptyDir, lost with the pod
+    ephemeral = helm.template("--set", "postgresql.existingSecret=pg",
+                              "--set", "persistence.enabled=false")
+    assert "volumeClaimTemplates" not in one(ephemeral, "StatefulSet")["spec"]
+    # the Kafka workers example shares one store and replays from the topic: no claims;
+    # the receiver mode never opens one
     workers = helm.template("-f", str(EXAMPLES / "values-kafka-workers.yaml"))
     assert "volumeClaimTemplates" not in one(workers, "StatefulSet")["spec"]
     assert _pod_config(workers, tmp_path).store.url.startswith("postgresql://")

@@ -58,9 +58,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (eq .Values.mode "evaluator") .Values.kafka.brokers (eq .Values.kafka.assignment "static") }}true{{ end }}
 {{- end }}
 
-{{/* Evaluator pods keep SQLite on a volume claim: persistence on, no PostgreSQL store. */}}
+{{/* Evaluator pods keep the spool (and SQLite, without PostgreSQL) on a volume claim:
+acknowledged requests outlive the pod. */}}
 {{- define "otel-eval.claim" -}}
-{{- if and (eq .Values.mode "evaluator") .Values.persistence.enabled (not .Values.postgresql.existingSecret) }}true{{ end }}
+{{- if and (eq .Values.mode "evaluator") .Values.persistence.enabled }}true{{ end }}
 {{- end }}
 
 {{/* Evaluator pods write to the shared PostgreSQL store. */}}
