@@ -484,6 +484,17 @@ def test_notes_warn_about_unpartitioned_replicas(helm: Helm) -> None:
     assert r.returncode == 0 and "WARNING" not in r.stdout.split("NOTES:", 1)[1], r.stdout
 
 
+@pytest.mark.parametrize("extra", [(), ("--set", "postgresql.existingSecret=pg")])
+def test_notes_say_what_an_emptydir_loses(helm: Helm, extra: tuple[str, ...]) -> None:
+    """Without a claim the spool's acknowledged runs in flight go with the pod: the NOTES say
+    so, with either store."""
+    r = helm.run("install", "x", str(CHART), "--dry-run=client", "--namespace", NAMESPACE,
+                 "--set", "persistence.enabled=false", *extra)
+    assert r.returncode == 0, r.stderr
+    notes = r.stdout.split("NOTES:", 1)[1]
+    assert "persistence is disabled" in notes and "spool" in notes, notes
+
+
 def test_readme_documents_every_value() -> None:
     readme = (CHART / "README.md").read_text()
     table = {m for row in re.findall(r"^\| (.+?) \|", readme, flags=re.M)
