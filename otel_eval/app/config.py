@@ -24,6 +24,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 
 from otel_eval.app.admin import AdminConfig
+from otel_eval.app.lifecycle import ServiceConfig
 from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.base.configcheck import (
     ConfigError,
@@ -46,7 +47,8 @@ from otel_eval.store.config import StoreConfig
 __all__ = [
     "AdminConfig", "AssemblyConfig", "Config", "ConfigError", "DetectorsConfig",
     "EvaluationConfig", "ExportConfig", "IssuesConfig", "JudgeConfig", "KafkaConfig",
-    "PredictionConfig", "ReceiverConfig", "SessionsConfig", "StoreConfig", "TlsServerConfig",
+    "PredictionConfig", "ReceiverConfig", "ServiceConfig", "SessionsConfig", "StoreConfig",
+    "TlsServerConfig",
     "TrajectoryConfig",
     "build", "check_exposure", "load_config", "parse_endpoint",
 ]
@@ -84,6 +86,8 @@ class Config:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     # Conversations (sessions): when one is complete, and the detectors across its turns.
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    # The serve process itself: how long it has to stop.
+    service: ServiceConfig = field(default_factory=ServiceConfig)
 
 
 def check_exposure(config: Config) -> None:

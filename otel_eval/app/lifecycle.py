@@ -17,13 +17,28 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from otel_eval.base.component import AsyncComponent, Component, OnLoop
-from otel_eval.base.configcheck import ConfigError, StartupError
+from otel_eval.base.configcheck import ConfigError, StartupError, validate
 
-__all__ = ["AsyncComponent", "Component", "ForcedExit", "Lifecycle", "OnLoop", "Step"]
+__all__ = ["AsyncComponent", "Component", "ForcedExit", "Lifecycle", "OnLoop",
+           "ServiceConfig", "Step"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    # Seconds serve has to stop after SIGTERM or SIGINT: the receivers stop, the runs that
+    # ended are evaluated and stored, the judge drains, exporters flush, each part with what
+    # is left of it (past it the rest is skipped; runs in flight stay in the spool). Keep it
+    # below the supervisor's kill timeout (Kubernetes terminationGracePeriodSeconds, from
+    # which the Helm chart sets it; `docker stop --time`; systemd TimeoutStopSec). At least 1.
+    shutdown_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        validate(self, minimum={"shutdown_timeout_s": 1.0}, finite=["shutdown_timeout_s"])
 
 
 class ForcedExit(SystemExit):

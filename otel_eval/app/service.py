@@ -413,9 +413,12 @@ class Service:
         self._lifecycle_.start()
         log.info("otel-eval serving (store %s)", self.store.location)
 
-    def shutdown(self, deadline_s: float = 30.0) -> None:
+    def shutdown(self, deadline_s: float | None = None) -> None:
         """Stop accepting, evaluate everything taken, flush sinks within the deadline: every
-        started part, last first, each with what is left of ``deadline_s``."""
+        started part, last first, each with what is left of ``deadline_s`` (by default
+        ``service.shutdown_timeout_s``)."""
+        if deadline_s is None:
+            deadline_s = self.config.service.shutdown_timeout_s
         lifecycle, self._lifecycle_ = self._lifecycle_, None
         if self._stopped.is_set() and lifecycle is None:
             return

@@ -495,6 +495,21 @@ def test_notes_say_what_an_emptydir_loses(helm: Helm, extra: tuple[str, ...]) ->
     assert "persistence is disabled" in notes and "spool" in notes, notes
 
 
+def test_the_drain_after_sigterm_follows_the_pods_grace(helm: Helm, tmp_path: Path) -> None:
+    """serve drains for service.shutdown_timeout_s; the chart derives it from
+    terminationGracePeriodSeconds, so a longer grace gives the judge that much longer, and
+    refuses a configured one the kubelet would cut short."""
+    default = _pod_config(helm.template(), tmp_path).service.shutdown_timeout_s
+    assert 0 < default < _defaults()["terminationGracePeriodSeconds"]
+    longer = helm.template("--set", "terminationGracePeriodSeconds=300")
+    assert _pod_config(longer, tmp_path).service.shutdown_timeout_s == 295
+    assert _pod_spec(longer)["terminationGracePeriodSeconds"] == 300
+    own = helm.template("--set", "config.service.shutdown_timeout_s=40")
+    assert _pod_config(own, tmp_path).service.shutdown_timeout_s == 40
+    r = helm.run("template", "x", str(CHART), "--set", "config.service.shutdown_timeout_s=60")
+    assert r.returncode != 0 and "below terminationGracePeriodSeconds" in r.stderr, r.stderr
+
+
 def test_readme_documents_every_value() -> None:
     readme = (CHART / "README.md").read_text()
     table = {m for row in re.findall(r"^\| (.+?) \|", readme, flags=re.M)

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from otel_eval.app.config import Config, replace
+from otel_eval.app.config import Config, ConfigError, load_config, replace
+from otel_eval.app.lifecycle import Lifecycle, Step
 from otel_eval.app.service import Service
 
 COMMON = ["instance lock", "store", "spool"]
@@ -127,3 +128,24 @@ def test_a_dead_results_publisher_turns_health_and_readiness_red(
     _died(part.part)
     assert not svc.healthy
     assert "results" in (svc._dead() or "")
+
+
+def test_the_shutdown_deadline_is_the_configured_one(tmp_path: Path) -> None:
+    """SIGTERM's drain (``run_until_signal`` -> ``shutdown()``) takes
+    ``service.shutdown_timeout_s``: a supervisor's longer grace (the chart's
+    terminationGracePeriodSeconds) gives the judge and the exporters that much longer, not a
+    fixed 30 s with the rest skipped."""
+    config = tmp_path / "c.yaml"
+    config.write_text("service:\n  shutdown_timeout_s: 170\n")
+    svc = Service(replace(load_config(config), **{"store.path": str(tmp_path / "e.db")}),
+                  registry=CollectorRegistry())
+    given: list[float] = []
+    lifecycle = Lifecycle(clock=lambda: 0.0)
+    lifecycle.add("drain", Step(shutdown=given.append))
+    lifecycle.start()
+    svc._lifecycle_ = lifecycle
+    svc.shutdown()
+    assert given == [170.0]
+    config.write_text("service:\n  shutdown_timeout_s: 0\n")
+    with pytest.raises(ConfigError, match=r"service\.shutdown_timeout_s"):
+        load_config(config)

@@ -91,6 +91,10 @@ acknowledged requests outlive the pod. */}}
 {{- if and .Values.caBundle.secretName .Values.caBundle.configMapName }}
 {{- fail "caBundle: set secretName or configMapName, not both" }}
 {{- end }}
+{{- $timeout := dig "service" "shutdown_timeout_s" 0 (.Values.config | default (dict)) }}
+{{- if and $timeout (ge (float64 $timeout) (float64 .Values.terminationGracePeriodSeconds)) }}
+{{- fail (printf "config.service.shutdown_timeout_s %v must be below terminationGracePeriodSeconds %v (the pod is killed then)" $timeout .Values.terminationGracePeriodSeconds) }}
+{{- end }}
 {{- if and (eq .Values.mode "receiver") (not .Values.kafka.brokers) }}
 {{- fail "mode receiver publishes to Kafka: set kafka.brokers" }}
 {{- end }}
@@ -123,6 +127,10 @@ from env vars that come from Secrets.
 {{- end }}
 {{- $_ = set $cfg "store" (merge $store (get $cfg "store" | default (dict))) }}
 {{- include "otel-eval.workers" (dict "cfg" $cfg "Values" .Values) }}
+{{- /* the drain after SIGTERM: the pod's grace less 5 s for the process to exit, unless set */}}
+{{- $service := get $cfg "service" | default (dict) }}
+{{- $grace := int .Values.terminationGracePeriodSeconds }}
+{{- $_ = set $cfg "service" (merge $service (dict "shutdown_timeout_s" (max 1 (sub $grace 5)))) }}
 {{- if .Values.kafka.brokers }}
 {{- $kafka := dict "brokers" .Values.kafka.brokers }}
 {{- if eq .Values.mode "evaluator" }}
