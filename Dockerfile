@@ -63,8 +63,9 @@ VOLUME ["/var/lib/otel-eval"]
 USER 10001:10001
 # OTLP/gRPC, OTLP/HTTP, admin (/metrics, /healthz, /readyz, results API).
 EXPOSE 4317 4318 8888
-# Plain HTTP, or HTTPS when admin.tls is configured (the probe does not verify the certificate:
-# it only asks the local process whether it is alive).
-HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import ssl, urllib.request as u\ntry: u.urlopen('http://127.0.0.1:8888/healthz', timeout=2)\nexcept OSError: u.urlopen('https://127.0.0.1:8888/healthz', timeout=2, context=ssl._create_unverified_context())"]
+# GET /healthz on the admin endpoint serve (PID 1) was configured with: its command line read
+# as serve reads it, so a --config file's admin.endpoint and admin.tls (HTTPS, the certificate
+# not verified: it only asks the local process whether it is alive) are the probe's too.
+HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
+    CMD ["python", "-m", "otel_eval.app.healthcheck"]
 ENTRYPOINT ["otel-eval", "serve", "--config", "/usr/share/otel-eval/image.yaml"]

@@ -5,11 +5,14 @@ parsed by otel-eval's own command line, and the copied context built into a whee
 from __future__ import annotations
 
 import fnmatch
+import http.server
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import tomllib
 import zipfile
 from pathlib import Path
@@ -124,10 +127,51 @@ def test_a_config_files_endpoints_win_over_the_images(tmp_path: Path) -> None:
     assert cfg.receiver.grpc_endpoint == "0.0.0.0:14317"
 
 
-def test_healthcheck_probes_admin_healthz() -> None:
+class _Healthz(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/healthz" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def test_healthcheck_probes_the_admin_endpoint_serve_was_given(tmp_path: Path) -> None:
+    """The HEALTHCHECK asks serve's own admin endpoint: with ``docker run ... --config FILE``
+    whose admin.endpoint moved the port, the probe follows it (a fixed 127.0.0.1:8888 made
+    the container unhealthy although serve was fine)."""
+    from otel_eval.app import healthcheck
+
     (check,) = _instructions("HEALTHCHECK")
+    assert exec_form(check.split(" CMD ", 1)[1].strip()) == [
+        "python", "-m", "otel_eval.app.healthcheck"], check
     port = _default_ports()["admin"]
-    assert f"127.0.0.1:{port}/healthz" in check, check
+    assert healthcheck.healthz_url(entrypoint_argv()[1:]) == f"http://127.0.0.1:{port}/healthz"
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Healthz)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        config = tmp_path / "otel-eval.yaml"
+        config.write_text(f"admin:\n  endpoint: 0.0.0.0:{server.server_port}\n")
+        argv = entrypoint_argv("--config", str(config))
+        # the console script as the kernel runs it (its shebang's interpreter first), and
+        # behind an init (docker run --init)
+        script = ["/opt/otel-eval/bin/python", "/opt/otel-eval/bin/otel-eval", *argv[1:]]
+        for pid1 in (argv, script, ["/sbin/docker-init", "--", *argv]):
+            cmdline = tmp_path / "cmdline"
+            cmdline.write_bytes(b"\0".join(a.encode() for a in pid1) + b"\0")
+            assert healthcheck.main(cmdline) == 0
+        # the port given by flag wins, as for serve: nothing listens there
+        with socket.socket() as free:
+            free.bind(("127.0.0.1", 0))
+            moved = [*argv, "--admin-endpoint", f"0.0.0.0:{free.getsockname()[1]}"]
+            cmdline.write_bytes(b"\0".join(a.encode() for a in moved))
+            assert healthcheck.main(cmdline) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 def test_base_image_python_satisfies_requires_python() -> None:

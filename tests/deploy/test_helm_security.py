@@ -143,23 +143,26 @@ def test_image_healthcheck_works_with_and_without_admin_tls(tmp_path: Path) -> N
 
     (check,) = _instructions("HEALTHCHECK")
     argv = json.loads(check.split("CMD", 1)[1])
+    assert argv[:3] == ["python", "-m", "otel_eval.app.healthcheck"], argv
     ca = TestCA(tmp_path)
     pair = ca.issue("server", server=True)
     for tls in (False, True):
-        port = free_port()  # substituted for the image's fixed one
+        port = free_port()  # the admin port moved: the probe follows serve's command line
         args = ["--admin-endpoint", f"127.0.0.1:{port}", "--grpc-endpoint", "127.0.0.1:0",
                 "--http-endpoint", "127.0.0.1:0", "--store", str(tmp_path / "r.db")]
         config = tmp_path / "c.yaml"
         config.write_text(f"admin:\n  tls: {{cert_file: {pair.cert}, key_file: {pair.key}}}\n"
                           if tls else "{}\n")
-        proc = subprocess.Popen([sys.executable, "-m", "otel_eval.app.cli", "serve", "--config",
-                                 str(config), *args], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, env=os.environ.copy())
+        serve = ["otel-eval", "serve", "--config", str(config), *args]
+        proc = subprocess.Popen([sys.executable, "-m", "otel_eval.app.cli", *serve[1:]],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env=os.environ.copy())
+        cmdline = tmp_path / "cmdline"  # what /proc/1/cmdline holds in the container
+        cmdline.write_bytes(b"\0".join(a.encode() for a in serve) + b"\0")
         try:
-            code = argv[2].replace(":8888/", f":{port}/")
             for _ in range(300):  # the probe itself polls until the service is up
-                r = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                                   timeout=30, check=False)
+                r = subprocess.run([sys.executable, *argv[1:], str(cmdline)],
+                                   capture_output=True, timeout=30, check=False)
                 if r.returncode == 0 or proc.poll() is not None:
                     break
             assert r.returncode == 0, (tls, r.stderr.decode()[-500:])
