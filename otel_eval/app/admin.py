@@ -206,6 +206,14 @@ class AdminApi:
     session: Callable[[str, str | None], dict[str, Any] | None] | None = None
     # prediction.pass_threshold: the web view marks a p_success below it as predicted to fail
     pass_threshold: float = 0.5
+    # Whether what the API reads is open: serve starts the admin endpoint before it opens
+    # (and migrates) the store, so probes see a live process; until then, and again once
+    # the stop closes it, only /healthz and /readyz are answered, the rest 503 (Retry-After).
+    opened: Callable[[], bool] = lambda: True
+
+
+# What the admin endpoint answers before the store is open (``AdminApi.opened``).
+_PROBES = frozenset({"/healthz", "/readyz"})
 
 
 def _is_ui(path: str) -> bool:
@@ -495,6 +503,10 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
         if len(req.query) > MAX_QUERY_BYTES:  # after a POST, its unread body closes
             return _json(414, {"error": f"query string longer than {MAX_QUERY_BYTES} bytes"},
                          close=write)
+        if path not in _PROBES and not api.opened():
+            return _json(503, {"error": "starting or stopping: the store is not open (a "
+                               "migration may take a while); retry later"},
+                         {"Retry-After": str(STORE_RETRY_AFTER_S)}, close=write)
         return _store_read(router, req)
 
     return handle

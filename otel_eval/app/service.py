@@ -24,7 +24,8 @@ published to the topic). The async stages (judge, Kafka) share one event loop th
 Lifecycle (``otel_eval.app.lifecycle``): every long-running part is a ``Component`` with
 ``start()`` and ``shutdown(deadline_s)``. ``Service()`` only constructs them (no file,
 socket or thread is opened); ``_lifecycle`` lists them in start order (the judge's
-configuration checked, instance locks, store, spool, event loop, admin, issues job (stopped
+configuration checked, instance locks, admin endpoint (its probes only, while the store is
+opened and migrated), store, spool, event loop, admin API, issues job (stopped
 here; its runs start after the sinks, so the judge that names new issues is up), retention,
 sinks, session job, Kafka, engine, listeners bound, spool replay, receivers serving,
 readiness) and shutdown runs the list backwards with what is left of one deadline (SIGTERM /
@@ -206,6 +207,7 @@ class Service:
         rc = config.receiver
         self.grpc = GrpcReceiver(rc, ingest) if rc.grpc_endpoint else None
         self.http = HttpReceiver(rc, ingest) if rc.http_endpoint else None
+        self._opened = False  # the store and what the admin API reads: open
         self.admin = self._make_admin()
         self._ready = False
         self._stopped = threading.Event()
@@ -257,7 +259,8 @@ class Service:
             connection_closed=lambda reason: self.metrics.ingest.connection_closed("admin",
                                                                                    reason),
             sessions=self.sessions.page, session=self.sessions.get,
-            pass_threshold=config.prediction.pass_threshold),
+            pass_threshold=config.prediction.pass_threshold,
+            opened=lambda: self._opened),
             config.admin)
 
     def _make_pool(self, lean: bool) -> WorkerPool | None:
@@ -340,13 +343,18 @@ class Service:
         # one serve per store and spool, before either is opened (a second is refused here)
         lc.add("instance lock", Step(start=self._take_locks,
                                      shutdown=lambda _d: self._release_locks()))
+        # Listening before the store is opened and migrated (minutes, for a large one at an
+        # upgrade): /healthz answers a live process, /readyz 503, the API 503 until "admin api"
+        # (a liveness or startup probe no longer kills a migration halfway, over and over).
+        lc.add("admin", self.admin)
         lc.add("store", Step(start=self._open_store, shutdown=lambda _d: self.store.close()))
         if self.spool is not None:
             spool = self.spool
             lc.add("spool", Step(start=self._open_spool, shutdown=lambda _d: spool.close()))
         if self.loop is not None:
             lc.add("event loop", self.loop)
-        lc.add("admin", self.admin)
+        lc.add("admin api", Step(start=lambda: setattr(self, "_opened", True),
+                                 shutdown=lambda _d: setattr(self, "_opened", False)))
         # Stopped after the engine, the consumer and the sinks: an issues run in progress
         # must not eat the time they need to evaluate, commit and drain what they hold.
         # Its runs start after the sinks ("issues runs"): the first names new issues through

@@ -10,6 +10,9 @@ no sinks, no session or issues job, retention or engine thread."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,7 @@ from otel_eval.app.config import Config, ConfigError, load_config, replace
 from otel_eval.app.lifecycle import Lifecycle, Step
 from otel_eval.app.service import Service
 
-COMMON = ["instance lock", "store", "spool"]
+COMMON = ["instance lock", "admin", "store", "spool"]
 TAIL = ["engine", "listeners", "spool replay", "otlp grpc", "otlp http", "readiness"]
 OFF = {"kafka.brokers": "", "judge.model": "", "export.events_endpoint": "",
        "export.forward_endpoint": "", "issues.interval_s": 0.0}
@@ -39,11 +42,11 @@ def _service(tmp_path: Path, **changes: Any) -> Service:
 
 
 @pytest.mark.parametrize(("changes", "parts", "sinks", "front"), [
-    ({}, ["event loop", "admin", "issues job", "retention", "ResultsPublisher",
+    ({}, ["event loop", "admin api", "issues job", "retention", "ResultsPublisher",
           "Forwarder", "EvaluationEvents", "JudgeStage", "session job", "issues runs",
           "kafka consumer"],
      ["JudgeStage", "EvaluationEvents", "Forwarder", "OnLoop"], "Engine"),
-    (OFF, ["admin", "retention", "session job"], [], "Engine"),
+    (OFF, ["admin api", "retention", "session job"], [], "Engine"),
 ], ids=["all-on", "all-off"])
 def test_each_optional_part_is_built_and_placed_in_the_lifecycle(
         tmp_path: Path, changes: dict[str, Any], parts: list[str], sinks: list[str],
@@ -84,7 +87,7 @@ def test_the_publishing_front_end_starts_only_what_it_uses(tmp_path: Path, store
     # re-judges there (tests/kafka/test_kafka_results_feedback.py)
     feedback = ["ResultsPublisher"] if store == "postgresql" else []
     assert svc._lifecycle(True).names == [
-        "instance lock", "store", "event loop", "admin", *feedback, "kafka publisher",
+        "instance lock", "admin", "store", "event loop", "admin api", *feedback, "kafka publisher",
         "listeners", "kafka publisher start", "otlp grpc", "otlp http", "readiness"]
     assert svc.spool is None and svc.pool is None and not svc._locks
     assert svc.engine.sinks == [] and svc.issues is None
@@ -149,3 +152,45 @@ def test_the_shutdown_deadline_is_the_configured_one(tmp_path: Path) -> None:
     config.write_text("service:\n  shutdown_timeout_s: 0\n")
     with pytest.raises(ConfigError, match=r"service\.shutdown_timeout_s"):
         load_config(config)
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_probes_are_answered_while_the_store_is_opened_and_migrated(tmp_path: Path) -> None:
+    """A migration of a large store at an upgrade takes minutes: the admin endpoint listens
+    before the store is opened, /healthz says the process is alive (a startup or liveness
+    probe does not kill the migration halfway, to start it again, in a loop), /readyz and
+    the API answer 503 until it is open."""
+    svc = _service(tmp_path, **OFF, **{"receiver.grpc_endpoint": "",
+                                       "receiver.http_endpoint": "127.0.0.1:0"})
+    opening, release = threading.Event(), threading.Event()
+    open_store = svc._open_store
+
+    def slow_migration() -> None:
+        opening.set()
+        assert release.wait(60)
+        open_store()
+
+    svc._open_store = slow_migration  # type: ignore[method-assign]
+    starting = threading.Thread(target=svc.start, kwargs={"worker": False})
+    starting.start()
+    try:
+        assert opening.wait(60)
+        url = f"http://127.0.0.1:{svc.admin.port}"
+        assert svc.admin.port and _status(url + "/healthz") == 200
+        assert _status(url + "/readyz") == 503
+        assert _status(url + "/v1/evaluations") == 503
+    finally:
+        release.set()
+        starting.join(60)
+    try:
+        assert _status(url + "/v1/evaluations") == 200
+        assert _status(url + "/readyz") == 200
+    finally:
+        svc.shutdown(10.0)
