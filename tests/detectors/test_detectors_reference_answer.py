@@ -76,6 +76,27 @@ def test_answer_cases(expected: Any, mode: str | None, tolerance: float | None,
     assert kinds_of(answer, answer_ref(expected, mode, tolerance)) == [kind]
 
 
+@pytest.mark.parametrize(("expected", "answer", "kind"), [
+    (4, "GPT-4", "answer_match"),
+    (19, "COVID-19", "answer_match"),
+    (-4, "GPT-4", "answer_mismatch"),
+    (2, "It costs 3-2", "answer_match"),
+    (-5, "it is -5 now", "answer_match"),
+    (-5, "x=-5", "answer_match"),
+    (-5, "(-5)", "answer_match"),
+    (-5, "between 1 and \u22125", "answer_match"),
+    (-2.5e3, "about -2.5e-0", "answer_mismatch"),
+    (2.5e-3, "about 2.5e-3", "answer_match"),
+])
+def test_a_hyphen_after_a_letter_or_digit_is_no_minus_sign(expected: Any, answer: str,
+                                                          kind: str) -> None:
+    """'GPT-4' and 'COVID-19' name a model and a disease: the hyphen joins a word to its
+    number, it signs nothing. Read as -4 and -19, an answer whose number is right was a
+    reference/answer_mismatch failing the run. A sign counts only where no letter or digit
+    comes right before it."""
+    assert kinds_of(answer, answer_ref(expected, "numeric")) == [kind]
+
+
 def test_an_answer_at_the_length_limit_is_unknown_not_a_mismatch() -> None:
     """An SDK cuts attribute values at ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``: an answer of
     that length is known only in part (the expected one may be past the cut)."""

@@ -10,7 +10,8 @@ golden-set tools give it), a text or a number, compared with the run's answer
     contains  the folded expected text is in the folded answer
     numeric   the answer's last number (``1,234`` and ``-2.5e3`` read as numbers; digits of
               any script, with the Arabic thousands and decimal separators U+066C and U+066B,
-              or full-width ones, and the minus sign U+2212) is within
+              or full-width ones, and the minus sign U+2212; a sign right after a letter or
+              digit is none: ``GPT-4`` is 4) is within
               ``output_tolerance`` (absolute, default 0) of the expected number
 
 Every step is linear in the answer (folding, one regular expression without nested
@@ -48,11 +49,13 @@ from otel_eval.evaluate.detectors.config import ReferenceConfig
 # thousands commas, a fraction, an exponent; the Arabic thousands and decimal separators
 # (U+066C, U+066B), the full-width comma, full stop and hyphen-minus and the minus sign
 # (U+2212) as "," "." "-"; no nested repetition (each position starts at most one short
-# attempt)
+# attempt). A leading sign only where no letter or digit comes right before it: the hyphen
+# of "GPT-4", "COVID-19" or "3-2" joins, it signs nothing
 _MINUS = "[-+\u2212\uff0d]?"
+_SIGN = "(?:(?<![^\\W_])[-+\u2212\uff0d])?"
 _NUMBER = re.compile(
-    rf"{_MINUS}(?:\d{{1,3}}(?:[,\u066c\uff0c]\d{{3}})+|\d+)(?:[.\u066b\uff0e]\d+)?"
-    rf"(?:[eE]{_MINUS}\d+)?|{_MINUS}[.\u066b\uff0e]\d+(?:[eE]{_MINUS}\d+)?")
+    rf"{_SIGN}(?:\d{{1,3}}(?:[,\u066c\uff0c]\d{{3}})+|\d+)(?:[.\u066b\uff0e]\d+)?"
+    rf"(?:[eE]{_MINUS}\d+)?|{_SIGN}[.\u066b\uff0e]\d+(?:[eE]{_MINUS}\d+)?")
 # a number's text as float() reads it
 _AS_FLOAT = str.maketrans({",": None, "\u066c": None, "\uff0c": None, "\u066b": ".",
                            "\uff0e": ".", "\u2212": "-", "\uff0d": "-"})
