@@ -97,6 +97,22 @@ def test_a_hyphen_after_a_letter_or_digit_is_no_minus_sign(expected: Any, answer
     assert kinds_of(answer, answer_ref(expected, "numeric")) == [kind]
 
 
+@pytest.mark.parametrize(("expected", "answer", "kind"), [
+    (42, "\u7b54\u6848\u662f\u56db\u5341\u4e8c\uff0c\u51713\u6b65", "answer_unknown"),
+    (3, "\u7b54\u6848\u662f\u56db\u5341\u4e8c\uff0c\u51713\u6b65", "answer_match"),
+    (42, "Chapter \u216b, page 7", "answer_unknown"),
+    (42, "the answer is 41", "answer_mismatch"),
+])
+def test_numerals_not_read_beside_a_number_read_leave_the_answer_unknown(
+        expected: Any, answer: str, kind: str) -> None:
+    """答案是四十二 共3步 ("the answer is forty-two, in 3 steps"): the last number read is
+    the 3 of the steps, the answer's own written in Chinese numerals no number is read
+    from. Compared as 3 it was a reference/answer_mismatch, a finding drawn from a value not
+    recognised: an answer that does not match by the numbers read, but holds numerals not
+    read, is unknown (a match by the numbers read is still a match)."""
+    assert kinds_of(answer, answer_ref(expected, "numeric")) == [kind]
+
+
 def test_an_answer_at_the_length_limit_is_unknown_not_a_mismatch() -> None:
     """An SDK cuts attribute values at ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``: an answer of
     that length is known only in part (the expected one may be past the cut)."""

@@ -19,7 +19,9 @@ repetition, ``str.__contains__``), so a long answer costs its length, never more
 
 An answer whose number is not read is no mismatch either (``numeric``): one holding no
 number read but numerals of another kind (CJK: a count written in Chinese characters; Roman
-numerals) is ``answer_unknown``, as one with no number at all is a mismatch.
+numerals) is ``answer_unknown``, as one with no number at all is a mismatch; so is one whose
+numbers read do not match when it holds such numerals as well (答案是四十二 共3步: its last
+number read is the count of steps, the answer is the forty-two).
 
 An answer that is not known whole is no mismatch: none recorded, the text of a JSON object
 or array that never closes (``values.cut_json``, cut at an attribute length limit) or as long
@@ -135,9 +137,16 @@ _NUMERALS = frozenset("\u4e24\u5169")
 def unread_numerals(answer: str) -> bool:
     """Whether ``answer`` holds no number read (``number``) but numerals of another kind
     (Chinese and Japanese ones, Roman numerals): its number is not known, not absent."""
-    return number(answer) is None and any(
-        c in _NUMERALS or (unicodedata.category(c) in ("Lo", "Nl")
-                           and unicodedata.numeric(c, None) is not None) for c in answer)
+    return number(answer) is None and numerals_not_read(answer)
+
+
+def numerals_not_read(answer: str) -> bool:
+    """Whether ``answer`` holds numerals ``number`` does not read (Chinese and Japanese ones,
+    Roman numerals). Beside a number read that does not match (答案是四十二 共3步: the 3
+    is the steps'), the answer's own may be one of them: unknown, never a mismatch."""
+    return any(c in _NUMERALS or (unicodedata.category(c) in ("Lo", "Nl")
+                                  and unicodedata.numeric(c, None) is not None)
+               for c in answer)
 
 
 def _ended(findings: Sequence[Finding]) -> bool:
@@ -169,6 +178,11 @@ def detect_answer(trajectory: Trajectory, ref: Reference, cfg: ReferenceConfig,
     if matches(ref.expected_output, answer, mode, tolerance):
         return [Finding("reference", "answer_match", "info",
                         f"answer matches the reference for task {ref.task_id} ({mode})",
+                        attributes=attrs)]
+    if mode == "numeric" and numerals_not_read(answer):  # its number may be one of those
+        return [Finding("reference", "answer_unknown", "info",
+                        f"answer not compared with the reference for task {ref.task_id} "
+                        "(it holds numerals not read besides the numbers read)",
                         attributes=attrs)]
     root = trajectory.root_step
     return [Finding("reference", "answer_mismatch", cfg.severity,
