@@ -3,9 +3,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cost import work
 from detector_factory import kinds, llm, tool, traj
 
-from otel_eval.base.steps import Step
+from otel_eval.base.steps import Step, Trajectory
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import load_references, reference
 from otel_eval.evaluate.detectors.calls import Context, RefCall, Reference
 from otel_eval.evaluate.detectors.config import DetectorsConfig
@@ -14,6 +16,7 @@ from otel_eval.evaluate.detectors.references import (
     ReferencesError,
     ReferenceSet,
 )
+from otel_eval.evaluate.trajectory import build_trajectory
 
 A: tuple[str, Any] = ("a", {"x": 1})
 B: tuple[str, Any] = ("b", {"y": 2, "z": 3})
@@ -450,3 +453,30 @@ def test_a_task_id_in_another_unicode_normal_form_finds_its_reference(tmp_path: 
         encoding="utf-8")
     with pytest.raises(ReferencesError, match=r"refs.jsonl:2: task_id .* given again"):
         load_references(path)
+
+
+def _recorded(stack: str, scenario: str) -> Trajectory:
+    (trace,) = work.decode_recordings([work.recording_requests(stack, scenario)])
+    return build_trajectory(trace, TrajectoryConfig())
+
+
+@pytest.mark.parametrize(("handoff", "kind"), [
+    ("transfer_to_weather_agent", "match"),  # as the model called it
+    ("handoff to weather_agent", "match"),  # as the SDK's span names it
+    ("transfer_to_billing_agent", "mismatch"),
+])
+def test_an_openai_agents_hand_off_is_the_call_the_model_made(handoff: str, kind: str) -> None:
+    """The OpenAI Agents SDK records a hand-off as a TOOL span "handoff to weather_agent"
+    (the conformance corpus' openai-agents/multi_agent), for the model's call of the tool it
+    offered, transfer_to_weather_agent. The span was joined to no call: a golden set naming
+    the call as the model made it gave a missing and an unexpected call, a reference/mismatch
+    failing the run, and the span's input (the agent handing off, "triage_agent") was taken
+    for the call's arguments, a wrong argument against ``{}``. The span is the model's call
+    now (either name matches; its arguments are the model's, unknown when not recorded)."""
+    t = _recorded("openai-agents", "multi_agent")
+    r = Reference("t1", (RefCall(handoff, {}), RefCall("get_weather", {"city": "Paris"})),
+                  "exact", "exact")
+    (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
+    assert f.kind == kind, f.message
+    llm_calls = [c for s in t.llm_steps for c in s.tool_calls]
+    assert [c.outcome for c in llm_calls] == ["ran", "ran"]

@@ -9,7 +9,10 @@ Match modes (how the call sequences must relate):
 Tool names are compared as a model is offered them (``links.as_offered``, as the tool_call
 detector takes them: Unicode NFC, composed or decomposed one name; lowercase; each run of
 characters no letter or digit one ``_``: CrewAI runs delegate_work_to_coworker as "Delegate
-work to coworker"; no compatibility folding: NFKC would merge distinct names). Argument
+work to coworker"; no compatibility folding: NFKC would merge distinct names). A step that
+ran a call a model asked for (joined to it: ``links.join_calls``) is also that call's name:
+the OpenAI Agents SDK's span ``handoff to weather_agent`` is the model's
+``transfer_to_weather_agent``, and a golden set may name either. Argument
 modes (when a call's arguments count as right): ``exact`` (equal after canonicalization;
 strings compared in Unicode NFC, whitespace collapsed), ``ignore``, ``subset`` (every
 argument given is in the reference with that value), ``superset`` (every reference argument
@@ -170,11 +173,16 @@ def _ratio(num: int, den: int, empty: float | None) -> float | None:
 
 
 def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
-            by_tool: Mapping[str, str], cut: bool = False) -> dict[str, Any]:
+            by_tool: Mapping[str, str], cut: bool = False,
+            called: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The verdict ``reference`` summary plus the missing/unexpected/wrong-argument lists.
-    ``cut``: the trace was cut while its run went on (module docstring: ``unseen``)."""
+    ``cut``: the trace was cut while its run went on (module docstring: ``unseen``);
+    ``called``: call id -> the name of the call a model asked for under it (``_called``)."""
     # names as a model is offered them (module docstring), the tool_call detector's one tool
     rc, names = list(ref.calls), [as_offered(s.tool_name or s.name) for s in actual]
+    # and the name of the call each step ran, as the model asked for it
+    asked = [as_offered((called or {}).get(s.call_id or "", s.tool_name or s.name))
+             for s in actual]
     expected = [as_offered(c.name) for c in rc]
     by_tool = {as_offered(k): v for k, v in by_tool.items()}
     unknown = {a for a, s in enumerate(actual) if s.arguments is None or cut_json(s.arguments)}
@@ -182,7 +190,7 @@ def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
     arguments = _Arguments([c.arguments for c in rc], [s.arguments for s in actual])
 
     def name_ok(r: int, a: int) -> bool:
-        return expected[r] == names[a]
+        return expected[r] == names[a] or expected[r] == asked[a]
 
     def full_ok(r: int, a: int) -> bool:
         if not name_ok(r, a):
@@ -276,11 +284,13 @@ def _detect_calls(trajectory: Trajectory, config: DetectorsConfig,
                   ref: Reference) -> list[Finding]:
     cfg = config.reference
     tools = None if ref.tools is None else {as_offered(t) for t in ref.tools}
+    called = _called(trajectory)
     actual = [s for s in top_level_tool_steps(trajectory)
-              if tools is None or as_offered(s.tool_name or s.name) in tools]
+              if tools is None or as_offered(s.tool_name or s.name) in tools
+              or as_offered(called.get(s.call_id or "", "")) in tools]
     summary = compare(ref, actual, ref.match or cfg.match,
                       ref.arguments_match or cfg.arguments_match, ref.arguments_match_by_tool,
-                      cut=trajectory.status == "truncated")
+                      cut=trajectory.status == "truncated", called=called)
     flagged: list[Step] = summary.pop("_wrong_steps") + summary.pop("_unexpected_steps")
     attrs = {**summary, "task_id": ref.task_id, "expected": [c.name for c in ref.calls]}
     if summary["matched"]:
@@ -298,6 +308,19 @@ def _detect_calls(trajectory: Trajectory, config: DetectorsConfig,
     flagged.sort(key=lambda s: s.index)
     return [Finding("reference", "mismatch", cfg.severity, _message(ref, summary),
                     [s.span_id for s in flagged], [s.index for s in flagged], attrs)]
+
+
+def _called(trajectory: Trajectory) -> dict[str, str]:
+    """Call id -> the name of the call an LLM step asked for under it (the first asked): a
+    tool step that ran it (``Step.call_id``, joined by ``links.join_calls``) is that call,
+    whatever name its span gives it (the OpenAI Agents SDK's ``handoff to weather_agent``
+    ran the model's ``transfer_to_weather_agent``)."""
+    out: dict[str, str] = {}
+    for step in trajectory.llm_steps:
+        for call in step.tool_calls:
+            if call.call_id and call.name:
+                out.setdefault(call.call_id, call.name)
+    return out
 
 
 def reference_summary(findings: Sequence[Finding]) -> dict[str, Any] | None:

@@ -16,7 +16,10 @@ call's:
    around the calls it ran, holding only the last reply's call, which it never ran);
    when no call has the name as spelled, the calls whose name is the same once lowercased and
    its other characters made ``_`` (CrewAI offers its "Delegate work to coworker" tool to the
-   model as ``delegate_work_to_coworker`` and names the tool's span after the former);
+   model as ``delegate_work_to_coworker`` and names the tool's span after the former), else,
+   for the OpenAI Agents SDK's hand-off span ``handoff to weather_agent``, the calls of the
+   tool it offered the model for that hand-off, ``transfer_to_weather_agent``
+   (``handoff_tool``);
 3. a tool step neither joined (its id, or its agent, is one no requesting LLM step carries: a
    framework's own call ids, a span stamped with another agent's name) takes a call of the
    nearest earlier reply that asked for its tool and has such a call no step ran, when their
@@ -186,6 +189,11 @@ def _join(step: Step, found: ToolCall, claimed: set[int],
     claimed.add(id(found))
     if joined is not None:
         joined[step.index] = found
+    if found.name.startswith(_HANDOFF_TOOL) \
+            and handoff_tool(step.tool_name or step.name) == as_offered(found.name):
+        # a hand-off span's input is the agent handing off (OpenInference's input.value),
+        # not the call's arguments: the call's are the model's, unknown when not recorded
+        step.arguments = None
     if step.arguments is None:
         step.arguments = found.arguments
         step.sources["arguments"] = f"llm tool call {found.call_id or found.name}"
@@ -222,8 +230,11 @@ def _match(step: Step, by_id: dict[str, deque[ToolCall]],
     name = step.tool_name or step.name
     queue = by_id.get(step.call_id) if step.call_id else queues.get((step.node, name))
     if not queue and not step.call_id:
-        # the model's spelling of the name (one lookup, only on this miss)
-        queue = spelled.get((step.node, as_offered(name)))
+        # the model's spelling of the name (one lookup, only on this miss), or the hand-off
+        # tool the OpenAI Agents SDK offered for the hand-off span it names otherwise
+        offered = as_offered(name)
+        queue = spelled.get((step.node, offered)) \
+            or spelled.get((step.node, _handoff_tool(offered) or ""))
     if not queue and not step.call_id and step.node is None:
         # a tool step outside every known agent may have run a call of any agent (the calls
         # of its name in order; one another step ran is skipped as claimed)
@@ -266,6 +277,23 @@ def as_offered(name: str) -> str:
     "e" and its combining accent, which is no letter) is one name."""
     cut = unicodedata.normalize("NFC", name[:MAX_TOOL_NAME])
     return _NOT_WORD.sub("_", cut.lower()).strip("_") or cut
+
+
+_HANDOFF_SPAN = "handoff_to_"  # as_offered of the OpenAI Agents SDK's "handoff to <agent>"
+_HANDOFF_TOOL = "transfer_to_"  # the SDK's default ``Handoff.tool_name`` prefix
+
+
+def handoff_tool(name: str) -> str | None:
+    """The tool the OpenAI Agents SDK offers a model for the hand-off whose span it names
+    ``name`` (``handoff to weather_agent``: ``transfer_to_weather_agent``, its default
+    ``Handoff.tool_name``, as offered), None for a name of no hand-off span."""
+    return _handoff_tool(as_offered(name))
+
+
+def _handoff_tool(offered: str) -> str | None:
+    if not offered.startswith(_HANDOFF_SPAN) or len(offered) == len(_HANDOFF_SPAN):
+        return None
+    return _HANDOFF_TOOL + offered[len(_HANDOFF_SPAN):]
 
 
 # ``Step.sources["arguments"]`` ends with this when a text was read as the only parameter
