@@ -9,7 +9,7 @@ from detector_factory import kinds, llm, tool, traj
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import load_references, reference
-from otel_eval.evaluate.detectors.calls import Context, RefCall, Reference
+from otel_eval.evaluate.detectors.calls import Context, RefCall, Reference, top_level_tool_steps
 from otel_eval.evaluate.detectors.config import DetectorsConfig
 from otel_eval.evaluate.detectors.references import (
     TAU_BENCH_WRITE_TOOLS,
@@ -480,3 +480,20 @@ def test_an_openai_agents_hand_off_is_the_call_the_model_made(handoff: str, kind
     assert f.kind == kind, f.message
     llm_calls = [c for s in t.llm_steps for c in s.tool_calls]
     assert [c.outcome for c in llm_calls] == ["ran", "ran"]
+
+
+@pytest.mark.parametrize("stack", ["smolagents", "smolagents-code"])
+def test_a_smolagents_managed_agent_call_is_a_call_in_either_mode(stack: str) -> None:
+    """smolagents runs a managed agent the model calls (``weather_agent(task=...)``) as the
+    agent's span beside the LLM span, no tool span. A code agent's call of it was a step
+    (``code_actions``), a tool-calling agent's was none (the corpus' smolagents/multi_agent:
+    its call "never ran"): a golden set naming the managed agent as the model called it gave
+    a missing call, a reference/mismatch failing the run. The call is a step in both modes,
+    with the managed agent's result."""
+    t = _recorded(stack, "multi_agent")
+    r = Reference("t1", (RefCall("weather_agent"), RefCall("get_weather", {"city": "Paris"})),
+                  "in_order", "exact")
+    (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
+    assert f.kind == "match", f.message
+    (call,) = [s for s in top_level_tool_steps(t) if s.tool_name == "weather_agent"]
+    assert call.result == "It is sunny in Paris." and call.status == "ok"

@@ -107,6 +107,7 @@ def _rebuild_tool_calls(draft: Draft) -> None:
     assert responses is not None  # _look_up_results ran
     out: list[Step] = []
     rebuilt_calls = 0
+    managed = _ManagedAgents(draft.steps)
     for position, step in enumerate(draft.steps):
         out.append(step)
         if step.kind != "llm" or not step.tool_calls:
@@ -119,6 +120,10 @@ def _rebuild_tool_calls(draft: Draft) -> None:
                 call.outcome = "ran"
                 continue
             result, failed = responses.answer(position, step.node, call.call_id)
+            ran = managed.ran(step, call.name)
+            if ran is not None:  # a managed agent's span ran it: the call is a step
+                result, failed, trusted = ran.result, ran.status == "error", False
+                draft.tools.setdefault(call.name, {})
             if trusted and not (draft.tool_ids and call.call_id) and result is None:
                 call.outcome = "never_ran"
                 continue  # no span ran it and no later call was told a result
@@ -134,6 +139,8 @@ def _rebuild_tool_calls(draft: Draft) -> None:
                 tool_name=call.name, arguments=call.arguments, rebuilt=True,
                 convention=step.convention, call_id=call.call_id, result=result)
             take_off_result(rebuilt)
+            if ran is not None:
+                rebuilt.end_ns = ran.end_ns  # the managed agent's run
             if failed:  # the tool message said so (Haystack's error flag)
                 rebuilt.status, rebuilt.error, rebuilt.result = "error", rebuilt.result, None
                 rebuilt.sources["status"] = "llm tool message error flag"
@@ -142,6 +149,28 @@ def _rebuild_tool_calls(draft: Draft) -> None:
         for i, step in enumerate(out):
             step.index = i
     draft.steps = out
+
+
+class _ManagedAgents:
+    """The agent steps that ran a call of an LLM step naming their agent: smolagents runs a
+    managed agent the model calls (its tool-calling agents: ``weather_agent(task=...)``) as
+    an agent span beside the LLM span, under the same step span, and no tool span; the call
+    is a step as the code actions' call of it is (``code_actions``). Each agent step runs one
+    call, the first after it asked; a dict of queues: linear in the steps."""
+
+    def __init__(self, steps: list[Step]) -> None:
+        self._queues: dict[tuple[str | None, str | None], list[Step]] = {}
+        for s in steps:
+            if s.kind == "agent" and s.node:
+                self._queues.setdefault((s.parent_span_id, s.node), []).append(s)
+        for queue in self._queues.values():
+            queue.reverse()  # pop() takes the first
+
+    def ran(self, llm: Step, name: str) -> Step | None:
+        queue = self._queues.get((llm.parent_span_id, name))
+        while queue and queue[-1].index < llm.index:
+            queue.pop()  # an agent step before the call was asked ran no call of it
+        return queue.pop() if queue else None
 
 
 def _rebuild_code_actions(draft: Draft) -> None:
