@@ -497,3 +497,37 @@ def test_a_smolagents_managed_agent_call_is_a_call_in_either_mode(stack: str) ->
     assert f.kind == "match", f.message
     (call,) = [s for s in top_level_tool_steps(t) if s.tool_name == "weather_agent"]
     assert call.result == "It is sunny in Paris." and call.status == "ok"
+
+
+def _unnamed(name: str, arguments: Any) -> Step:
+    """A tool step whose tool no attribute named: its name a guess from the span's name."""
+    step = tool(name, arguments)
+    step.sources["tool_name"] = "span name"
+    return step
+
+
+@pytest.mark.parametrize(("expected", "match", "tools", "kind"), [
+    (("get_weather",), "exact", None, "unknown"),
+    (("get_time",), "exact", None, "unknown"),
+    (("get_weather", "get_time"), "exact", None, "mismatch"),  # one call, two expected
+    (("get_weather",), "superset", None, "unknown"),
+    ((), "exact", None, "mismatch"),  # a call where none is expected, whatever its tool
+    (("get_time",), "exact", frozenset({"get_time"}), "unknown"),  # it may be left out
+])
+def test_a_call_whose_tool_was_not_recorded_is_unknown_not_a_mismatch(
+        expected: tuple[str, ...], match: str, tools: frozenset[str] | None,
+        kind: str) -> None:
+    """A tool span that records no tool name (smolagents' "SimpleTool", AutoGen's
+    "weather_agent.get_weather" without tool.name: the step's name a guess from the span's
+    name, which the tool_call detector takes for unknown) was compared by that guess: a
+    missing and an unexpected call, a reference/mismatch failing the run, from a value not
+    recorded. Its call is now neither the reference's nor another: reference/unknown, unless
+    the run is wrong whatever tool it was."""
+    r = Reference("t1", tuple(RefCall(n) for n in expected), match, "ignore", tools=tools)
+    t = traj(_unnamed("SimpleTool", {"city": "Paris"}), task_id="t1")
+    (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
+    assert f.kind == kind, f.message
+    assert f.attributes["unknown_names"] == ["SimpleTool"]
+    named = traj(tool("SimpleTool", {"city": "Paris"}), task_id="t1")
+    (f,) = reference.detect(named, DetectorsConfig(), Context(reference=r))
+    assert f.kind != "unknown"  # a name recorded is compared as it is

@@ -30,6 +30,13 @@ nor as the text it is: its arguments are neither right nor wrong, so it satisfie
 reference call of its name, is left out of ``argument_accuracy``, and is listed in
 ``unknown_arguments`` (and the message).
 
+A call whose tool no attribute named (its name a guess from the span's name,
+``Step.sources["tool_name"] == "span name"``, as the tool_call detector takes it as unknown)
+that ran no call a model asked for is neither a reference call nor another: the calls are
+compared taking it for any tool, for none of the reference's and, with ``tools``, for one
+left out; when they disagree the result is unknown (``matched`` null, ``reference/unknown``,
+the guesses in ``unknown_names``), never a mismatch drawn from a name not recorded.
+
 A trace released ``truncated`` (cut while its run went on: its maximum duration, an overflow,
 spans refused for a share or past the per-trace limit) does not show the calls made after
 the cut. A reference call it does not hold that could come after the cut (any one in
@@ -55,7 +62,7 @@ from otel_eval.evaluate.detectors.calls import (
     top_level_tool_steps,
 )
 from otel_eval.evaluate.detectors.canonical import canonical_of_normalized, nfc, normalized
-from otel_eval.evaluate.detectors.config import DetectorsConfig
+from otel_eval.evaluate.detectors.config import DetectorsConfig, ReferenceConfig
 from otel_eval.evaluate.detectors.reference_answer import detect_answer
 from otel_eval.evaluate.trajectory.links import as_offered
 
@@ -174,10 +181,13 @@ def _ratio(num: int, den: int, empty: float | None) -> float | None:
 
 def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
             by_tool: Mapping[str, str], cut: bool = False,
-            called: Mapping[str, str] | None = None) -> dict[str, Any]:
+            called: Mapping[str, str] | None = None,
+            unnamed: Mapping[int, bool] | None = None) -> dict[str, Any]:
     """The verdict ``reference`` summary plus the missing/unexpected/wrong-argument lists.
     ``cut``: the trace was cut while its run went on (module docstring: ``unseen``);
-    ``called``: call id -> the name of the call a model asked for under it (``_called``)."""
+    ``called``: call id -> the name of the call a model asked for under it (``_called``);
+    ``unnamed``: position in ``actual`` of a step whose tool is unknown -> whether it is
+    taken for any tool (True) or for none of the reference's (False)."""
     # names as a model is offered them (module docstring), the tool_call detector's one tool
     rc, names = list(ref.calls), [as_offered(s.tool_name or s.name) for s in actual]
     # and the name of the call each step ran, as the model asked for it
@@ -189,7 +199,11 @@ def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
     memo: dict[tuple[int, int], bool] = {}
     arguments = _Arguments([c.arguments for c in rc], [s.arguments for s in actual])
 
+    guessed = unnamed or {}
+
     def name_ok(r: int, a: int) -> bool:
+        if a in guessed:
+            return guessed[a]
         return expected[r] == names[a] or expected[r] == asked[a]
 
     def full_ok(r: int, a: int) -> bool:
@@ -262,6 +276,9 @@ def _message(ref: Reference, summary: Mapping[str, Any]) -> str:
 def _unknown(summary: Mapping[str, Any]) -> str:
     names = summary["unknown_arguments"]
     out = f" (arguments unknown for {', '.join(names)})" if names else ""
+    if summary.get("unknown_names"):
+        out += (" (tool not recorded for the calls taken as "
+                f"{', '.join(summary['unknown_names'])})")
     if summary["unseen"]:
         out += (f" (not seen: {', '.join(summary['unseen'])}; the trace was cut while its "
                 "run went on)")
@@ -286,11 +303,11 @@ def _detect_calls(trajectory: Trajectory, config: DetectorsConfig,
     tools = None if ref.tools is None else {as_offered(t) for t in ref.tools}
     called = _called(trajectory)
     actual = [s for s in top_level_tool_steps(trajectory)
-              if tools is None or as_offered(s.tool_name or s.name) in tools
+              if tools is None or _unnamed(s, called)
+              or as_offered(s.tool_name or s.name) in tools
               or as_offered(called.get(s.call_id or "", "")) in tools]
-    summary = compare(ref, actual, ref.match or cfg.match,
-                      ref.arguments_match or cfg.arguments_match, ref.arguments_match_by_tool,
-                      cut=trajectory.status == "truncated", called=called)
+    summary = _compared(ref, actual, cfg, trajectory.status == "truncated", called,
+                        tools is not None)
     flagged: list[Step] = summary.pop("_wrong_steps") + summary.pop("_unexpected_steps")
     attrs = {**summary, "task_id": ref.task_id, "expected": [c.name for c in ref.calls]}
     if summary["matched"]:
@@ -308,6 +325,35 @@ def _detect_calls(trajectory: Trajectory, config: DetectorsConfig,
     flagged.sort(key=lambda s: s.index)
     return [Finding("reference", "mismatch", cfg.severity, _message(ref, summary),
                     [s.span_id for s in flagged], [s.index for s in flagged], attrs)]
+
+
+def _unnamed(step: Step, called: Mapping[str, str]) -> bool:
+    """Whether no attribute named the step's tool (its name a guess from the span's name, as
+    the tool_call detector takes it) nor did the call it ran."""
+    return step.sources.get("tool_name") == "span name" and (step.call_id or "") not in called
+
+
+def _compared(ref: Reference, actual: list[Step], cfg: ReferenceConfig, cut: bool,
+              called: Mapping[str, str], filtered: bool) -> dict[str, Any]:
+    """``compare``, where a step whose tool is unknown is neither the reference's call nor
+    another: compared taking it for any tool, for none of the reference's, and (a ``tools``
+    filter) for one left out; ``matched`` is null (unknown) when they disagree."""
+    unnamed = [a for a, s in enumerate(actual) if _unnamed(s, called)]
+    modes = (ref.match or cfg.match, ref.arguments_match or cfg.arguments_match,
+             ref.arguments_match_by_tool)
+    summary = compare(ref, actual, *modes, cut=cut, called=called,
+                      unnamed=dict.fromkeys(unnamed, True))
+    if not unnamed:
+        return summary
+    summary["unknown_names"] = [actual[a].tool_name or actual[a].name for a in unnamed]
+    others = [compare(ref, actual, *modes, cut=cut, called=called,
+                      unnamed=dict.fromkeys(unnamed, False))["matched"]]
+    if filtered:
+        others.append(compare(ref, [s for a, s in enumerate(actual) if a not in unnamed],
+                              *modes, cut=cut, called=called)["matched"])
+    if any(m != summary["matched"] for m in others):
+        summary["matched"] = None
+    return summary
 
 
 def _called(trajectory: Trajectory) -> dict[str, str]:
