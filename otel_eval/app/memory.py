@@ -9,9 +9,8 @@ under its default limit (tests/deploy/test_chart_memory.py). docs/architecture.m
 worst) gives the figures for the defaults. An upper bound: a span released and not yet
 evaluated is counted both pending and kept for re-opening.
 
-Not counted: a request being decoded, before admission (its spans cost ``SPAN_HELD_BYTES``
-each beyond their bytes as received, up to ``receiver.max_message_bytes`` of them), and an
-evaluation worker's trace (``trajectory`` bounds).
+Not counted: an OTLP/JSON request being decoded (``receiver.max_decoding_bytes`` charges
+protobuf requests only) and an evaluation worker's trace (``trajectory`` bounds).
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ def worst_case(config: Config) -> dict[str, int]:
                                                   r.max_message_bytes),
         "OTLP/gRPC messages being read (grpc_workers x max_message_bytes)":
             r.grpc_workers * r.max_message_bytes,
+        "OTLP requests being decoded (max_decoding_bytes)": r.max_decoding_bytes,
         "pending spans (max_pending_bytes + max_pending_spans x SPAN_HELD_BYTES)":
             a.max_pending_bytes + a.max_pending_spans * SPAN_HELD_BYTES,
         "pending log records (max_pending_log_bytes + records x RECORD_HELD_BYTES)":

@@ -83,6 +83,7 @@ from otel_eval.outputs.issues import job as issues_job
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.synthesis import REPLY_SCHEMA, check_reply
 from otel_eval.receive import kafka as kafka_front
+from otel_eval.receive.decoding import DecodeBudget
 from otel_eval.receive.grpc import GrpcReceiver
 from otel_eval.receive.http import HttpReceiver
 from otel_eval.receive.ingest import Ingest
@@ -202,9 +203,10 @@ class Service:
             config.judge, deps, config.prediction.pass_threshold,
             predictor.model.label if predictor is not None else None)
         front = self.kafka.submitter if self.kafka is not None else None
-        ingest = Ingest(front if front is not None else self.engine, self.metrics,
-                        every_log_record=front is not None)
         rc = config.receiver
+        ingest = Ingest(front if front is not None else self.engine, self.metrics,
+                        every_log_record=front is not None,
+                        decoding=DecodeBudget(rc.max_decoding_bytes))
         self.grpc = GrpcReceiver(rc, ingest) if rc.grpc_endpoint else None
         self.http = HttpReceiver(rc, ingest) if rc.http_endpoint else None
         self._opened = False  # the store and what the admin API reads: open

@@ -61,6 +61,13 @@ class ReceiverConfig:
     # connections could each hold max_message_bytes. One address holds at most half of it
     # (at least max_message_bytes; past it throttle reason `sender_share`). Default 256 MiB.
     max_body_bytes_in_flight: int = 256 * 1024 * 1024
+    # What decoding the protobuf requests in hand holds at once, over both OTLP receivers,
+    # bytes: each is charged 3 bytes per byte received plus 1 KiB per span or log record (a
+    # request of minimal spans holds ~19x its bytes once decoded). A request that would pass
+    # it is answered 429 / RESOURCE_EXHAUSTED with RetryInfo (throttle reason `decoding`);
+    # one past it alone 413 / RESOURCE_EXHAUSTED (refused reason `too_large`): keep it at
+    # least 3 x max_message_bytes. OTLP/JSON requests are not charged. Default 256 MiB.
+    max_decoding_bytes: int = 256 * 1024 * 1024
     # Threads serving gRPC calls. Decoding is CPU bound (GIL), so more threads only add
     # queueing; a handful keeps slow clients from blocking fast ones.
     grpc_workers: int = 8
@@ -100,6 +107,7 @@ class ReceiverConfig:
 
     def __post_init__(self) -> None:
         validate(self, minimum={"max_message_bytes": 1, "max_body_bytes_in_flight": 1,
+                                "max_decoding_bytes": 1,
                                 "grpc_workers": 1, "retry_after_s": 0,
                                 "grpc_max_concurrent_rpcs": 1,
                                 "grpc_max_waiting_rpcs_per_sender": 1,

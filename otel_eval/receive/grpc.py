@@ -349,6 +349,8 @@ class GrpcReceiver:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, res.message)
         if res.outcome == "throttled":
             self._abort_retryable(context, res.message)
+        if res.outcome == "too_large":  # as grpc's own refusal past max_message_bytes
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, res.message)
         return res.response()
 
     def _abort_retryable(self, context: grpc.ServicerContext, message: str) -> None:

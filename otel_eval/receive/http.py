@@ -124,6 +124,8 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
     def _answer(res: IngestResult, ctype: str) -> Response:
         if res.outcome == "invalid":
             return _status(400, res.message, ctype)
+        if res.outcome == "too_large":
+            return _status(413, res.message, ctype)
         if res.outcome == "throttled":
             return _status(429, res.message, ctype, {"Retry-After": _retry_after(config)})
         resp = res.response()

@@ -51,6 +51,7 @@ from otel_eval.assemble.engine import Admission
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode import otlp, otlp_json, otlp_logs
 from otel_eval.decode.otlp_logs import HeldRecord
+from otel_eval.receive.decoding import DecodeBudget
 from otel_eval.telemetry.ingest import IngestMetrics
 from otel_eval.telemetry.metrics import Metrics
 
@@ -144,7 +145,7 @@ def _held(req: ExportLogsServiceRequest, rejected: Counter[str], every: bool = F
 
 @dataclass
 class IngestResult:
-    outcome: Literal["ok", "invalid", "throttled"]
+    outcome: Literal["ok", "invalid", "throttled", "too_large"]
     accepted: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
     message: str = ""
@@ -182,8 +183,10 @@ class Ingest:
     (``otlp_logs.hold_logs(every=True)``): none is ignored."""
 
     def __init__(self, engine: Submitter, metrics: Metrics | None = None, *,
-                 every_log_record: bool = False) -> None:
+                 every_log_record: bool = False,
+                 decoding: DecodeBudget | None = None) -> None:
         self.engine = engine
+        self.decoding = decoding
         self._metrics = metrics
         self.every_log_record = every_log_record
         self._metrics_told = threading.Event()  # the metrics export warning was logged
@@ -208,8 +211,35 @@ class Ingest:
                 "gRPC" if protocol == "grpc" else "HTTP", UNSUPPORTED_METRICS)
         return UNSUPPORTED_METRICS
 
+    def _refused(self, refused: str, protocol: str, label: str, logs: bool) -> IngestResult:
+        """A request the decoding budget did not take: too large for it whole (refused), or
+        not with the requests being decoded (throttled, retryable)."""
+        signal: Literal["traces", "logs"] = "logs" if logs else "traces"
+        if refused == "decoding":
+            self.metrics.ingest.request_throttled(label, "decoding")
+            return IngestResult("throttled", message="otel-eval is at capacity (requests "
+                                "being decoded); retry later", signal=signal,
+                                reason="decoding")
+        if logs:
+            self.metrics.ingest.log_records(protocol, 0, {}, {"too_large": 0})
+        else:
+            self.metrics.ingest.spans_rejected(protocol, "too_large", 0)
+        self.metrics.ingest.request_refused(protocol, "too_large")
+        assert self.decoding is not None
+        return IngestResult("too_large", message="decoding this request would hold more than "
+                            f"receiver.max_decoding_bytes ({self.decoding.max_bytes} bytes): "
+                            "send fewer spans per request", signal=signal)
+
     def handle_bytes(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
         """``sender``: the authenticated client's token name ("" when auth is off)."""
+        if self.decoding is None:
+            return self._handle_bytes(body, protocol, sender)
+        with self.decoding.charged(body) as refused:
+            if refused:
+                return self._refused(refused, protocol, protocol, logs=False)
+            return self._handle_bytes(body, protocol, sender)
+
+    def _handle_bytes(self, body: bytes, protocol: str, sender: str) -> IngestResult:
         try:
             req, rejected = otlp.parse_request(body)
         except otlp.MalformedRequest as e:
@@ -280,6 +310,14 @@ class Ingest:
     # --- logs ------------------------------------------------------------------------------
 
     def handle_logs_bytes(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
+        if self.decoding is None:
+            return self._handle_logs_bytes(body, protocol, sender)
+        with self.decoding.charged(body) as refused:
+            if refused:
+                return self._refused(refused, protocol, f"{protocol}_logs", logs=True)
+            return self._handle_logs_bytes(body, protocol, sender)
+
+    def _handle_logs_bytes(self, body: bytes, protocol: str, sender: str) -> IngestResult:
         try:
             req, rejected = otlp_logs.parse_logs_request(body)
         except otlp.MalformedRequest as e:

@@ -1,0 +1,61 @@
+"""The spans (or log records) of an OTLP export request counted on the wire, before it is
+parsed: what decoding it will hold is known before protobuf allocates it.
+
+``ExportTraceServiceRequest`` and ``ExportLogsServiceRequest`` share their shape: field 1
+(``resource_spans`` / ``resource_logs``) holds field 2 (``scope_*``; 1000, the pre-1.0
+``instrumentation_library_*``), which holds field 2 (``spans`` / ``log_records``). Only those
+three levels are walked, every other field skipped by its length, so the walk costs a step
+per item, never per byte; it stops once ``stop`` items are counted. A body that is no such
+request is counted as far as it goes: the parse that follows refuses it.
+"""
+
+from __future__ import annotations
+
+_LEN = 2  # wire type of a length-delimited field
+_ITEMS = {1: (1,), 2: (2, 1000), 3: (2,)}  # depth -> the fields walked into (3: counted)
+
+
+def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while at < end and shift < 64:
+        b = data[at]
+        at += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, at
+        shift += 7
+    raise ValueError("truncated varint")
+
+
+def _skip(data: bytes, at: int, end: int, wire: int) -> int:
+    if wire == 0:
+        return _varint(data, at, end)[1]
+    if wire == 1:
+        return at + 8
+    if wire == 5:
+        return at + 4
+    raise ValueError(f"wire type {wire}")
+
+
+def _count(data: bytes, at: int, end: int, depth: int, stop: int) -> int:
+    n = 0
+    while at < end and n < stop:
+        key, at = _varint(data, at, end)
+        field, wire = key >> 3, key & 7
+        if wire != _LEN:
+            at = _skip(data, at, end, wire)
+            continue
+        size, at = _varint(data, at, end)
+        inner_end = min(at + size, end)
+        if field in _ITEMS[depth]:
+            n += 1 if depth == 3 else _count(data, at, inner_end, depth + 1, stop - n)
+        at = inner_end
+    return n
+
+
+def count_items(body: bytes, stop: int) -> int:
+    """Spans (log records) in the request ``body``, at most ``stop`` (counting ends there)."""
+    try:
+        return _count(body, 0, len(body), 1, stop)
+    except ValueError:  # malformed: the parse says so
+        return 0

@@ -1,0 +1,62 @@
+"""What decoding the requests in hand holds at once, over both OTLP receivers (thread-safe):
+the bytes as received grow several times over once parsed and decoded (a request of minimal
+spans ~19x: 13 MiB held 244 MiB; empty spans ~90x in the parse alone), which neither the
+HTTP bodies budget nor gRPC's message limit counts.
+
+A protobuf request is charged before it is parsed, by what decoding it will hold:
+``PARSED_BYTES_PER_BYTE`` per byte (protobuf's copy of the request) and ``SPAN_HELD_BYTES``
+per span or log record (counted on the wire, ``decode.wirecount``: a parsed message and
+its decoded span each cost ~0.2 and ~0.8 KiB whatever its size on the wire). The charge is
+given back once the engine answered (what it took, its pending budget counts). A request
+whose charge alone passes the budget is refused as too large (never retried); one that
+would pass it with the requests being decoded is throttled (retryable; reason
+``decoding``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+from otel_eval.assemble.assembler import SPAN_HELD_BYTES
+from otel_eval.decode.wirecount import count_items
+
+# protobuf's parse of a request, per byte of it: ~2.6 bytes measured (minimal spans),
+# the request's bytes included
+PARSED_BYTES_PER_BYTE = 3
+
+
+class DecodeBudget:
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def cost(self, body: bytes) -> int:
+        """What decoding ``body`` holds at worst; counting stops past the budget."""
+        parsed = len(body) * PARSED_BYTES_PER_BYTE
+        room = max(0, self.max_bytes - parsed) // SPAN_HELD_BYTES + 1
+        return parsed + count_items(body, room) * SPAN_HELD_BYTES
+
+    @contextmanager
+    def charged(self, body: bytes) -> Iterator[Literal["", "too_large", "decoding"]]:
+        """"" while ``body``'s cost is held (given back on exit), else why it is not."""
+        n = self.cost(body)
+        if n > self.max_bytes:
+            yield "too_large"
+            return
+        with self._lock:
+            if self.held + n > self.max_bytes:
+                refused = True
+            else:
+                refused, self.held = False, self.held + n
+        if refused:
+            yield "decoding"
+            return
+        try:
+            yield ""
+        finally:
+            with self._lock:
+                self.held -= n

@@ -1,0 +1,80 @@
+"""Decoding a request holds many times its bytes (minimal spans ~19x: 13 MiB held 244 MiB;
+empty spans ~90x in protobuf's parse alone), and nothing counted it: the HTTP bodies budget
+counts the bytes as received and gRPC had no budget at all, so eight gRPC calls of 64 MiB
+could hold gigabytes. ``receiver.max_decoding_bytes`` bounds what the requests being decoded
+hold at once over both receivers, charged before the parse (``receive.decoding``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+from support.harness import running_service
+from test_receivers import _post, _raw_export, _spans
+
+from otel_eval.decode import encode, otlp
+from otel_eval.receive.decoding import DecodeBudget
+
+PB = "application/x-protobuf"
+
+
+def _empty_spans(n: int) -> bytes:
+    """An export request of ``n`` empty spans: 2 bytes each on the wire."""
+    spans = b"\x12\x00" * n
+    scope = b"\x12" + otlp._varint(len(spans)) + spans
+    return b"\x0a" + otlp._varint(len(scope)) + scope
+
+
+def test_a_request_charges_its_spans_counted_on_the_wire() -> None:
+    budget = DecodeBudget(1 << 30)
+    body = _empty_spans(1000)
+    assert budget.cost(body) >= 1000 * 1024  # ~0.2 KiB parsed + ~0.8 KiB decoded per span
+    assert DecodeBudget(10_000).cost(body) < 20_000  # the count stops past the budget
+
+
+def test_a_request_whose_decoding_passes_the_budget_is_refused_too_large(
+        tmp_path: Path) -> None:
+    body = _empty_spans(2000)  # 4 KB on the wire, ~2 MiB decoded
+    with running_service(tmp_path, **{"receiver.max_decoding_bytes": 1 << 20}) as h:
+        _, err = _raw_export(h, body)
+        assert err is not None and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "max_decoding_bytes" in (err.details() or "")
+        assert "grpc-status-details-bin" not in dict(err.trailing_metadata() or ())
+        code, _, _ = _post(h.http_url, body, PB)
+        assert code == 413
+        # a logs request has the same shape: 2,000 empty log records
+        code, _, _ = _post(h.http_url.replace("/v1/traces", "/v1/logs"), body, PB)
+        assert code == 413
+        assert h.sample("otel_eval_receiver_requests_refused_total", protocol="grpc",
+                        reason="too_large") == 1
+        assert h.sample("otel_eval_receiver_requests_refused_total", protocol="http",
+                        reason="too_large") == 2
+
+
+def test_requests_being_decoded_share_one_budget_over_both_receivers(
+        tmp_path: Path) -> None:
+    small = encode.encode_spans(_spans(2)).SerializeToString()
+    with running_service(tmp_path, **{"receiver.max_decoding_bytes": 64 * 1024,
+                                      "receiver.retry_after_s": 2.0}) as h:
+        assert h.svc.grpc is not None
+        budget = h.svc.grpc.ingest.decoding
+        assert budget is not None
+        # another request being decoded holds most of the budget
+        with budget.charged(_empty_spans(63)) as refused:
+            assert refused == ""
+            _, err = _raw_export(h, small)
+            assert err is not None and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            st = status_pb2.Status.FromString(
+                dict(err.trailing_metadata() or ())["grpc-status-details-bin"])
+            info = error_details_pb2.RetryInfo()
+            assert st.details[0].Unpack(info) and info.retry_delay.seconds == 2
+            code, _, headers = _post(h.http_url, small, PB)
+            assert code == 429 and headers["Retry-After"] == "2"
+            for protocol in ("grpc", "http"):
+                assert h.sample("otel_eval_receiver_requests_throttled_total",
+                                protocol=protocol, reason="decoding") == 1
+        assert budget.held == 0
+        assert _raw_export(h, small)[1] is None
+        assert _post(h.http_url, small, PB)[0] == 200
+        assert budget.held == 0
