@@ -349,7 +349,7 @@ class Service:
         # upgrade): /healthz answers a live process, /readyz 503, the API 503 until "admin api"
         # (a liveness or startup probe no longer kills a migration halfway, over and over).
         lc.add("admin", self.admin)
-        lc.add("store", Step(start=self._open_store, shutdown=lambda _d: self.store.close()))
+        lc.add("store", Step(start=self._open_store, shutdown=lambda _d: self._close_store()))
         if self.spool is not None:
             spool = self.spool
             lc.add("spool", Step(start=self._open_spool, shutdown=lambda _d: spool.close()))
@@ -369,6 +369,9 @@ class Service:
             lc.add(type(sink.part if isinstance(sink, OnLoop) else sink).__name__, sink)
         if self.feedback_topic is not None:  # a front end's, for its feedback
             lc.add("ResultsPublisher", self.feedback_topic)
+        if self._feedback._published is not None:  # outcomes' records a stopped process
+            # owed (handed over, not delivered): published again once the publisher is up
+            lc.add("feedback results owed", Step(start=self._replay_feedback))
         # completes sessions idle past sessions.idle_timeout_s (tests tick it by hand). It
         # feeds the judge and the events sink: stopped before them, as the engine is (a
         # completion made while they drain would reach a stopped judge, never judged)
@@ -405,6 +408,15 @@ class Service:
         lc.add("readiness", Step(start=lambda: setattr(self, "_ready", True),
                                  shutdown=lambda _d: setattr(self, "_ready", False)))
         return lc
+
+    def _replay_feedback(self) -> None:
+        """Up to the publisher's queue of them (the rest at a later start)."""
+        self._feedback.replay(self.config.kafka.results_queue_size)
+
+    def _close_store(self) -> None:
+        """Last: the owed results records delivered meanwhile paid first (``Feedback``)."""
+        self._feedback.close()
+        self.store.close()
 
     def _bind_listeners(self) -> None:
         for receiver in (self.grpc, self.http):

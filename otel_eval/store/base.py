@@ -233,6 +233,20 @@ class EvaluationStore(Protocol):
 
     def feedback(self, trace_id: str) -> str | None: ...
 
+    def owe_results(self, trace_id: str, now_ns: int) -> None:
+        """``trace_id``'s results-topic record is owed (an outcome re-judged its verdict):
+        kept until ``results_paid`` with the same ``now_ns`` (migration 21)."""
+        ...
+
+    def results_paid(self, trace_id: str, owed_at_ns: int) -> None:
+        """The record owed at ``owed_at_ns`` was delivered (or dropped for good); a later
+        outcome's owing stays."""
+        ...
+
+    def results_owed(self, limit: int) -> list[tuple[str, int]]:
+        """Up to ``limit`` owed records (trace id, owed at ns), oldest first."""
+        ...
+
     def feedback_many(self, trace_ids: Collection[str]) -> dict[str, str]:
         """The known outcomes of those of ``trace_ids`` that have one (one query per batch:
         the engine reads them for every batch it evaluates)."""

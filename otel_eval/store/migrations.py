@@ -59,6 +59,9 @@ Both stores keep the same tables, with each engine's types:
        stores it, one more per judge or feedback write), carried by each results-topic
        record (``outputs.kafka``): a consumer keeps the newest of a key that processes of a
        fleet published in any order (0 in rows before it)
+   21  results_owed: the traces whose re-judged verdict an outcome (``POST /v1/feedback``)
+       handed to the results topic and Kafka has not yet delivered; a start publishes them
+       again (``Feedback.replay``), so a kill after the 200 loses none
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -186,6 +189,11 @@ def _sqlite_row_version(execute: Callable[..., Any]) -> None:
         execute(_ROW_VERSION.format("INTEGER"))
 
 
+# Migration 21: an outcome's results-topic record owed until delivered (``Feedback``)
+_RESULTS_OWED = ("CREATE TABLE IF NOT EXISTS results_owed (trace_id TEXT PRIMARY KEY, "
+                 "owed_at_ns {} NOT NULL)")
+
+
 def _backfill_started(start: str, differs: str = "") -> str:
     """The start of each stored turn, from its body (``start``: the dialect's integer at
     ``start_time_unix_nano``, NULL when none); the rows without a session are not read by it.
@@ -273,6 +281,7 @@ SQLITE: tuple[Migration, ...] = (
     (18, "session first completions", (_sqlite_first_completion,)),
     (19, "run first evaluations", (_sqlite_first_evaluated,)),
     (20, "evaluation row versions", (_sqlite_row_version,)),
+    (21, "results owed", (_RESULTS_OWED.format("INTEGER"),)),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -367,6 +376,7 @@ POSTGRESQL: tuple[Migration, ...] = (
     )),
     (20, "evaluation row versions", (
         _ROW_VERSION.format("BIGINT").replace("ADD COLUMN", "ADD COLUMN IF NOT EXISTS"),)),
+    (21, "results owed", (_RESULTS_OWED.format("BIGINT"),)),
 )
 
 LATEST = SQLITE[-1][0]

@@ -562,6 +562,21 @@ class PostgresStore(KeptSessions):
     def count(self) -> int:
         return int(self._rows("SELECT COUNT(*) FROM evaluations", ())[0][0])
 
+    def owe_results(self, trace_id: str, now_ns: int) -> None:
+        self._run(lambda conn: conn.execute(
+            "INSERT INTO results_owed VALUES (%s, %s) ON CONFLICT (trace_id) "
+            "DO UPDATE SET owed_at_ns = EXCLUDED.owed_at_ns", (trace_id, now_ns)))
+
+    def results_paid(self, trace_id: str, owed_at_ns: int) -> None:
+        self._run(lambda conn: conn.execute(
+            "DELETE FROM results_owed WHERE trace_id = %s AND owed_at_ns = %s",
+            (trace_id, owed_at_ns)))
+
+    def results_owed(self, limit: int) -> list[tuple[str, int]]:
+        rows = self._rows("SELECT trace_id, owed_at_ns FROM results_owed "
+                          "ORDER BY owed_at_ns LIMIT %s", (limit,))
+        return [(str(t), int(n)) for t, n in rows]
+
     def feedback(self, trace_id: str) -> str | None:
         rows = self._rows("SELECT outcome FROM feedback WHERE trace_id = %s", (trace_id,))
         return str(rows[0][0]) if rows else None

@@ -392,6 +392,21 @@ class SqliteStore(KeptSessions):
             self._db.execute("INSERT OR REPLACE INTO feedback VALUES (?,?,?)",
                              (trace_id, outcome, now_ns))
 
+    def owe_results(self, trace_id: str, now_ns: int) -> None:
+        with self._lock, self._write() as cur:
+            cur.execute("INSERT OR REPLACE INTO results_owed VALUES (?,?)", (trace_id, now_ns))
+
+    def results_paid(self, trace_id: str, owed_at_ns: int) -> None:
+        with self._lock, self._write() as cur:
+            cur.execute("DELETE FROM results_owed WHERE trace_id = ? AND owed_at_ns = ?",
+                        (trace_id, owed_at_ns))
+
+    def results_owed(self, limit: int) -> list[tuple[str, int]]:
+        with self._lock:
+            rows = self._db.execute("SELECT trace_id, owed_at_ns FROM results_owed "
+                                    "ORDER BY owed_at_ns LIMIT ?", (limit,)).fetchall()
+        return [(str(t), int(n)) for t, n in rows]
+
     def feedback(self, trace_id: str) -> str | None:
         with self._lock:
             row = self._db.execute("SELECT outcome FROM feedback WHERE trace_id = ?",

@@ -43,7 +43,8 @@ def _service(tmp_path: Path, **changes: Any) -> Service:
 
 @pytest.mark.parametrize(("changes", "parts", "sinks", "front"), [
     ({}, ["event loop", "admin api", "issues job", "retention", "ResultsPublisher",
-          "Forwarder", "EvaluationEvents", "JudgeStage", "session job", "issues runs",
+          "Forwarder", "EvaluationEvents", "JudgeStage", "feedback results owed",
+          "session job", "issues runs",
           "kafka consumer"],
      ["JudgeStage", "EvaluationEvents", "Forwarder", "OnLoop"], "Engine"),
     (OFF, ["admin api", "retention", "session job"], [], "Engine"),
@@ -84,8 +85,9 @@ def test_the_publishing_front_end_starts_only_what_it_uses(tmp_path: Path, store
     url = {"store.url": "postgresql://u@db:5432/e"} if store == "postgresql" else {}
     svc = _service(tmp_path, **{"kafka.publish": True, "evaluation.workers": 4, **url})
     # on the fleet's store, the results topic's publisher for the verdicts its feedback
-    # re-judges there (tests/kafka/test_kafka_results_feedback.py)
-    feedback = ["ResultsPublisher"] if store == "postgresql" else []
+    # re-judges there (tests/kafka/test_kafka_results_feedback.py), and those a stopped
+    # process owed it published again once it is up
+    feedback = ["ResultsPublisher", "feedback results owed"] if store == "postgresql" else []
     assert svc._lifecycle(True).names == [
         "instance lock", "admin", "store", "event loop", "admin api", *feedback, "kafka publisher",
         "listeners", "kafka publisher start", "otlp grpc", "otlp http", "readiness"]

@@ -509,6 +509,25 @@ def test_a_since_poll_misses_a_run_committed_late_and_an_overlap_finds_it(
     assert (again["trace_id"], again["revision"]) == (f"{2:032x}", 1)
 
 
+def test_a_results_record_owed_stays_until_the_debt_of_its_own_outcome_is_paid(
+        store: EvaluationStore) -> None:
+    """``results_owed`` (migration 21): an outcome's results-topic record, owed until
+    delivered; a later outcome's owing of the same trace is not paid by the earlier
+    delivery."""
+    a, b = f"{7:032x}", f"{8:032x}"
+    assert store.results_owed(10) == []
+    store.owe_results(b, 2)
+    store.owe_results(a, 1)
+    assert store.results_owed(10) == [(a, 1), (b, 2)]  # oldest first
+    assert store.results_owed(1) == [(a, 1)]
+    store.owe_results(a, 3)  # a second outcome before the first's record was delivered
+    store.results_paid(a, 1)  # the first's delivery: the second's is still owed
+    assert store.results_owed(10) == [(b, 2), (a, 3)]
+    store.results_paid(a, 3)
+    store.results_paid(b, 2)
+    assert store.results_owed(10) == []
+
+
 def test_feedback_retention_and_window(store: EvaluationStore) -> None:
     tid = f"{5:032x}"
     assert store.feedback(tid) is None
