@@ -133,3 +133,41 @@ def test_many_lookups_into_one_input_read_it_a_bounded_number_of_times() -> None
     assert got[9] == "nine" and got[7] is None  # mentioned there unanswered: not looked on
     assert [index.result(0, "a", c) for c in ("id_9", "id_7", "id_8")] == ["nine", None, None]
     assert _Scanned.read <= 10 * len(text)
+
+
+# The result of a call in each API's shape of the input that follows it (the id in its key).
+API_RESULTS = {
+    "anthropic": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "sunny", "is_error": False}]}],
+    "anthropic_blocks": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1",
+         "content": [{"type": "text", "text": "sunny"}]}]}],
+    "responses": [{"type": "function_call", "call_id": "t1", "name": "f", "arguments": "{}"},
+                  {"type": "function_call_output", "call_id": "t1", "output": "sunny"}],
+    "ai_sdk": [{"role": "tool", "content": [
+        {"type": "tool-result", "toolCallId": "t1", "toolName": "f",
+         "output": {"type": "text", "value": "sunny"}}]}],
+    "bedrock": [{"role": "user", "content": [
+        {"toolResult": {"toolUseId": "t1", "content": [{"text": "sunny"}]}}]}],
+}
+
+
+@pytest.mark.parametrize("api", list(API_RESULTS))
+def test_a_result_is_found_in_each_apis_shape(api: str) -> None:
+    """A call whose span is missing (sampled out, filtered) is rebuilt from the result the
+    next LLM call was told: not taken for a call that never ran."""
+    index = ToolResponses([llm([]), llm(API_RESULTS[api])])
+    # the first lookup decodes around the id, the second parses the input in full
+    assert index.answer(0, "a", "t1") == index.answer(0, "a", "t1") == ("sunny", False)
+
+
+def test_an_error_flag_of_an_api_is_a_failed_result() -> None:
+    anthropic = [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "no such city",
+         "is_error": True}]}]
+    bedrock = [{"role": "user", "content": [{"toolResult": {
+        "toolUseId": "t1", "status": "error", "content": [{"text": "no such city"}]}}]}]
+    for messages in (anthropic, bedrock):
+        index = ToolResponses([llm([]), llm(messages)])
+        assert index.answer(0, "a", "t1") == index.answer(0, "a", "t1") == (
+            "no such city", True)

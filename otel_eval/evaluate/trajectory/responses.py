@@ -2,7 +2,10 @@
 
 A tool call that exists only in an LLM's output messages is rebuilt as a tool step; its result
 is the tool message with the same call id in the input of a later LLM step of the same agent
-(OpenAI ``{"role": "tool", "tool_call_id": ...}`` or a GenAI ``tool_call_response`` part).
+(OpenAI ``{"role": "tool", "tool_call_id": ...}``, a GenAI ``tool_call_response`` part, or a
+result part of another API: Anthropic's ``tool_result`` (``tool_use_id``; ``is_error``), the
+Responses API's ``function_call_output`` item (``call_id``), the AI SDK's ``tool-result``
+(``toolCallId``), Bedrock Converse's ``toolResult`` (``toolUseId``; ``status: error``)).
 
 Promise: linear in the bytes of the trace, whatever the number of calls and LLM steps.
 Agents resend the whole conversation on every LLM call, so input *i* holds ~i messages and a
@@ -30,7 +33,7 @@ from typing import Any, cast
 
 from otel_eval.base.steps import Step
 from otel_eval.base.text import checked
-from otel_eval.evaluate.conventions.messages import message_text, tool_response
+from otel_eval.evaluate.conventions.messages import message_text, result_part_text, tool_response
 from otel_eval.evaluate.conventions.values import as_str, parse_json
 
 __all__ = ["LOOKAHEAD", "Answer", "ToolResponses"]
@@ -60,20 +63,48 @@ def _tool_message(msg: dict[str, Any]) -> Answer:
     return text, msg.get("error") is True
 
 
+def _part_id(part: dict[str, Any]) -> Any:
+    """The call id a result part (or item) answers, in its API's key; None for no result."""
+    kind = part.get("type")
+    if kind == "tool_call_response":
+        return part.get("id")
+    if kind == "tool_result":
+        return part.get("tool_use_id")
+    if kind == "function_call_output":
+        return part.get("call_id")
+    if kind == "tool-result":
+        return part.get("toolCallId")
+    inner = part.get("toolResult")
+    return inner.get("toolUseId") if isinstance(inner, dict) else None
+
+
+def _part_answer(part: dict[str, Any]) -> Answer:
+    """A result part's text and whether its API flagged it failed (Anthropic's ``is_error``,
+    Bedrock's ``status: error``)."""
+    if part.get("type") == "tool_call_response":
+        return tool_response(part), False
+    inner = part.get("toolResult")
+    failed = part.get("is_error") is True or (
+        isinstance(inner, dict) and inner.get("status") == "error")
+    return result_part_text(part), failed
+
+
+def _parts(obj: dict[str, Any]) -> list[Any]:
+    """The item itself and the parts of a message (``parts``, or a ``content`` list)."""
+    parts = obj.get("parts", obj.get("content"))
+    return [obj, *parts] if isinstance(parts, list) else [obj]
+
+
 def _response_of(obj: Any, call_id: str) -> Any:  # Answer | _MISS
-    """The answer ``obj`` carries for ``call_id`` (a tool message, a ``tool_call_response``
-    part, or a message holding one), else ``_MISS``."""
+    """The answer ``obj`` carries for ``call_id`` (a tool message, a result part, or a
+    message holding one), else ``_MISS``."""
     if not isinstance(obj, dict):
         return _MISS
     if obj.get("tool_call_id") == call_id:
         return _tool_message(obj)
-    if obj.get("type") == "tool_call_response" and obj.get("id") == call_id:
-        return tool_response(obj), False
-    parts = obj.get("parts")
-    for part in parts if isinstance(parts, list) else ():
-        if (isinstance(part, dict) and part.get("type") == "tool_call_response"
-                and part.get("id") == call_id):
-            return tool_response(part), False
+    for part in _parts(obj):
+        if isinstance(part, dict) and _part_id(part) == call_id:
+            return _part_answer(part)
     return _MISS
 
 
@@ -90,11 +121,9 @@ def _all_responses(text: str) -> dict[str, Answer]:
         tid = msg.get("tool_call_id")
         if isinstance(tid, str):
             out[tid] = _tool_message(msg)
-        parts = msg.get("parts")
-        for part in parts if isinstance(parts, list) else ():
-            if (isinstance(part, dict) and part.get("type") == "tool_call_response"
-                    and isinstance(part.get("id"), str)):
-                out[part["id"]] = (tool_response(part), False)
+        for part in _parts(msg):
+            if isinstance(part, dict) and isinstance(pid := _part_id(part), str):
+                out[pid] = _part_answer(part)
     return out
 
 

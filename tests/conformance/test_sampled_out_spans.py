@@ -1,0 +1,27 @@
+"""Runs of the conformance corpus with spans missing, as a collector that samples spans or
+filters some out delivers them: what a missing span would have said is unknown, never a
+finding (docs/guide.md, "Deploy behind your collector")."""
+
+from __future__ import annotations
+
+import pytest
+from conformance import hung
+
+from otel_eval.app.config import Config
+from otel_eval.base.model import Trace
+from otel_eval.evaluate.evaluator import Evaluator
+
+
+@pytest.mark.parametrize("stack", ["openai-agents", "openinference-anthropic"])
+def test_a_retry_whose_tool_span_is_missing_still_recovers(stack: str) -> None:
+    """tool_error: get_weather fails, the model calls it again, it answers. Without the
+    retry's tool span the next LLM call's input still says what it returned (the Responses
+    API's ``function_call_output``, Anthropic's ``tool_result``): recovered, not gave_up."""
+    spans, logs = hung.load(stack, "tool_error")
+    retry = [s for s in spans if s.name == "get_weather"][-1]
+    kept = [s for s in spans if s.span_id != retry.span_id]
+    ev = Evaluator(Config()).evaluate(Trace("ab" * 16, kept, "complete", logs=logs))
+    assert ev is not None
+    kinds = {f.kind for f in ev.findings if f.detector == "recovery"}
+    assert kinds == {"recovered"}
+    assert ev.verdict.passed
