@@ -25,3 +25,20 @@ def test_a_retry_whose_tool_span_is_missing_still_recovers(stack: str) -> None:
     kinds = {f.kind for f in ev.findings if f.detector == "recovery"}
     assert kinds == {"recovered"}
     assert ev.verdict.passed
+
+
+@pytest.mark.parametrize(("stack", "dropped"), [
+    ("strands", "execute_event_loop_cycle"), ("openai-agents", "turn"),
+    ("smolagents", "Step 1"), ("langgraph", "tools")])
+def test_a_failure_whose_parent_span_is_missing_is_not_taken_for_the_last_call(
+        stack: str, dropped: str) -> None:
+    """tool_error with the span of the cycle (turn, step, graph node) that held the failed
+    call dropped, as a collector's filter drops a framework's noisy spans: the failure and
+    the retry that succeeded after it keep their order, recovered, not gave_up."""
+    spans, logs = hung.load(stack, "tool_error")
+    cut = min((s for s in spans if s.name == dropped), key=lambda s: s.start_ns)  # the first
+    kept = [s for s in spans if s.span_id != cut.span_id]
+    ev = Evaluator(Config()).evaluate(Trace("cd" * 16, kept, "complete", logs=logs))
+    assert ev is not None
+    assert {f.kind for f in ev.findings if f.detector == "recovery"} == {"recovered"}
+    assert ev.verdict.passed

@@ -54,6 +54,23 @@ def test_orphans_follow_the_root_tree_in_start_order_with_their_children() -> No
     assert t.steps[2].parent_span_id == sid("missing-2")  # kept as received
 
 
+def test_an_orphan_goes_where_it_ran_under_the_span_enclosing_it() -> None:
+    """A span a collector dropped (a framework's loop-cycle span, a filtered HTTP span):
+    its children ran inside the root, before the spans that started after them; they stay
+    in that order, not after the whole run (its later steps taken for earlier ones)."""
+    t = build_trajectory(trace(
+        span("root", None, 0, end=100),
+        span("first-call", "dropped-cycle", 10, end=20),  # the dropped cycle's children
+        span("first-tool", "dropped-cycle", 21, end=30),
+        span("cycle-2", "root", 40, end=60), span("second-call", "cycle-2", 41, end=50),
+        span("outside", "dropped-other", 95, end=120),  # enclosed by no span: top level
+    ), CFG)
+    assert names(t) == ["root", "first-call", "first-tool", "cycle-2", "second-call",
+                        "outside"]
+    assert [s.depth for s in t.steps] == [0, 1, 1, 1, 2, 0]
+    assert t.steps[1].parent_span_id == sid("dropped-cycle")  # kept as received
+
+
 def test_parent_cycles_and_self_parents_are_kept_once() -> None:
     t = build_trajectory(trace(
         span("root", None, 0), span("x", "y", 5), span("y", "x", 6),

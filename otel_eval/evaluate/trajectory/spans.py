@@ -8,9 +8,12 @@ output). Promises (the module docstring of ``build`` gives them for the whole st
 - spans repeating an earlier span id are dropped (the first one received is kept);
 - tree order: depth first, siblings by start time; a span whose parent is in the trace is
   under it, its parent remote (OTLP span flags) or not; entries (no parent, or a remote one
-  not in the trace) are the top level, those with no parent first; orphans follow at top
-  level in start order; spans
-  caught in a parent cycle follow those;
+  not in the trace) are the top level, those with no parent first; an orphan (its parent
+  absent, not flagged remote: a span a collector's filter or sampler dropped, or one not
+  yet come) goes where it ran, under the innermost span of that tree whose time encloses
+  its own (``_adopt``: the steps stay in the order they ran, so no later step is taken for
+  an earlier one); the others follow at top level in start order; spans caught in a parent
+  cycle follow those;
 - each step is classified and its fields read by the convention readers
   (``conventions.read_span``), GenAI events (log records, span events) read as attributes of
   their span; its node is the name of the nearest enclosing agent;
@@ -20,6 +23,7 @@ output). Promises (the module docstring of ``build`` gives them for the whole st
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
 from typing import Any
 
@@ -83,6 +87,54 @@ def _start(span: Span) -> int:
     return span.start_ns
 
 
+# How deep an orphan's enclosing span is looked for, and how many siblings starting before it
+# are tried at each level (parallel siblings overlap): O(orphans x log spans), whatever the tree.
+_ADOPT_DEPTH = 64
+_ADOPT_SIBLINGS = 4
+
+
+def _encloses(outer: Span, inner: Span) -> bool:
+    return 0 < inner.end_ns <= outer.end_ns and outer.start_ns <= inner.start_ns
+
+
+def _encloser(span: Span, tops: list[Span], children: dict[str, list[Span]]) -> Span | None:
+    """The innermost span under ``tops`` (each list sorted by start) whose time encloses
+    ``span``'s, found level by level (bounded: ``_ADOPT_DEPTH``, ``_ADOPT_SIBLINGS``)."""
+    found: Span | None = None
+    level = tops
+    for _ in range(_ADOPT_DEPTH):
+        at = bisect_right(level, span.start_ns, key=_start)
+        inner = next((c for c in reversed(level[max(0, at - _ADOPT_SIBLINGS):at])
+                      if _encloses(c, span)), None)
+        if inner is None:
+            break
+        found = inner
+        level = children.get(inner.span_id, [])
+    return found
+
+
+def _adopt(orphans: list[Span], tops: list[Span], children: dict[str, list[Span]]
+           ) -> list[Span]:
+    """Each orphan put under its ``_encloser`` in ``children`` (kept sorted by start); the
+    orphans no span encloses, returned (a run whose root never came: they stay top level)."""
+    if not tops or not orphans:
+        return orphans
+    by_start = sorted(tops, key=_start)
+    adopted: list[tuple[str, Span]] = []
+    left = []
+    for span in orphans:
+        parent = _encloser(span, by_start, children)
+        if parent is None:
+            left.append(span)
+        else:
+            adopted.append((parent.span_id, span))
+    for parent_id, span in adopted:
+        children.setdefault(parent_id, []).append(span)
+    for parent_id in {p for p, _ in adopted}:
+        children[parent_id].sort(key=_start)
+    return left
+
+
 def tree_order(spans: list[Span]) -> list[tuple[Span, int]]:
     """(span, depth) for unique-id ``spans`` in tree order (see module docstring)."""
     ids = {s.span_id for s in spans}
@@ -106,6 +158,7 @@ def tree_order(spans: list[Span]) -> list[tuple[Span, int]]:
     # a span with no parent before an entry from upstream (``model.local_root``): one
     # starting first says only that its service's clock is behind
     tops.sort(key=lambda s: (s.parent_span_id is not None, s.start_ns))
+    orphans = _adopt(orphans, tops, children)
     orphans.sort(key=_start)
     out: list[tuple[Span, int]] = []
     visited: set[str] = set()
