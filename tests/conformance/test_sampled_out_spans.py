@@ -42,3 +42,17 @@ def test_a_failure_whose_parent_span_is_missing_is_not_taken_for_the_last_call(
     assert ev is not None
     assert {f.kind for f in ev.findings if f.detector == "recovery"} == {"recovered"}
     assert ev.verdict.passed
+
+
+@pytest.mark.parametrize("stack", ["litellm", "langchain-js"])
+def test_a_retry_without_its_tool_span_or_a_call_id_is_no_give_up(stack: str) -> None:
+    """tool_error without the retry's tool span, in stacks whose LLM spans record no call
+    id: the model asked for get_weather again and was called again after it, so whether the
+    retry succeeded is unknown: no gave_up (an error that fails the run)."""
+    spans, logs = hung.load(stack, "tool_error")
+    retry = max((s for s in spans if s.name.endswith("get_weather")), key=lambda s: s.start_ns)
+    kept = [s for s in spans if s.span_id != retry.span_id]
+    ev = Evaluator(Config()).evaluate(Trace("ef" * 16, kept, "complete", logs=logs))
+    assert ev is not None
+    assert not [f for f in ev.findings if f.detector == "recovery"]
+    assert ev.verdict.passed

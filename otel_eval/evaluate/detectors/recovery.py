@@ -10,7 +10,11 @@ success the error is ``unrecovered``: a lucky pass, see lucky_pass).
 marker value no convention defines, ``Step.kind_unknown``) may have been the call that
 succeeded; so may a later LLM step whose requested calls are unknown (its reply not recorded,
 or a call in it with no name), in a run whose calls are known only from its LLM's replies
-(rebuilt: no span of their own). A failure followed by either has no finding but ``recovered``.
+(rebuilt: no span of their own); so may a call a later LLM step asked for that no span
+shows ran (``never_ran``) when its agent's model was called again after it: its tool span
+may be one a collector sampled out or filtered, and without a call id (or a recorded input)
+no later input tells its result. A failure followed by any of them has no finding but
+``recovered``.
 So may a call after the cut of a trace released ``truncated`` (cut at the maximum trace
 duration, or pushed out early: its run went on past its last step here): a failure with no
 success after it there has no finding.
@@ -103,7 +107,21 @@ def _unknown_after(trajectory: Trajectory) -> int:
         if s.kind_unknown or (rebuilt and s.kind == "llm" and (
                 s.output_text is None or s.calls_unknown)):
             last = s.index
-    return last
+    return max(last, _unseen_call(trajectory))
+
+
+def _unseen_call(trajectory: Trajectory) -> int:
+    """The index of the last LLM step that asked for a call no span shows ran
+    (``never_ran``) and after which its agent's model was called again (module doc); -1:
+    none."""
+    called_later: set[str | None] = set()  # the agents with an LLM step after this one
+    for s in reversed(trajectory.steps):
+        if s.kind != "llm":
+            continue
+        if s.node in called_later and any(c.outcome == "never_ran" for c in s.tool_calls):
+            return s.index
+        called_later.add(s.node)
+    return -1
 
 
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
