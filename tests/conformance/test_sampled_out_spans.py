@@ -56,3 +56,16 @@ def test_a_retry_without_its_tool_span_or_a_call_id_is_no_give_up(stack: str) ->
     assert ev is not None
     assert not [f for f in ev.findings if f.detector == "recovery"]
     assert ev.verdict.passed
+
+
+def test_an_empty_reply_before_a_tool_call_is_no_empty_answer() -> None:
+    """mlflow-genai streaming without its last LLM call's span: the reply left last said
+    nothing (it asked for get_weather, which ran after it), so the run's answer is unknown,
+    not empty: no ``no_output`` finding."""
+    spans, logs = hung.load("mlflow-genai", "streaming")
+    last = max((s for s in spans if s.name.startswith("chat")), key=lambda s: s.start_ns)
+    kept = [s for s in spans if s.span_id != last.span_id]
+    ev = Evaluator(Config()).evaluate(Trace("12" * 16, kept, "complete", logs=logs))
+    assert ev is not None
+    assert ev.trajectory.output is None
+    assert not [f for f in ev.findings if f.kind == "no_output"]

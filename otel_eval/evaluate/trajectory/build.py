@@ -136,18 +136,21 @@ def _answer(result: str | None, llm: list[Step], steps: list[Step]) -> str | Non
     """The run's answer: the agent's (or root's) result, unless that wraps the last LLM
     call's answer in more (LangGraph's whole graph state, a LlamaIndex event repr): then the
     answer itself, also when that reply was recorded with empty text ("": not when a step of
-    unknown kind came after it, which may have been the call that answered). The LLM's answer
+    unknown kind came after it, which may have been the call that answered, nor a tool step
+    started after it ended (not one inside it: google-genai's one span for a whole loop): the
+    run went on after that reply, its last LLM call a span not received). The LLM's answer
     when no span recorded a result; when that call asked for tools and said nothing, the
     run's answer is unknown, not empty. (``Step.answer``: the readable pass read it from the
     reply or the output, and every LLM step went through it.)"""
     last = llm[-1] if llm else None
     said = last.answer if last is not None else None
     # the last reply said nothing (no text or blanks only), as recorded, with a stop and no
-    # step of unknown kind after it (``steps``: the run's, in order)
+    # step of unknown kind nor tool step run after it (``steps``: the run's, in order)
     reply = reply_text(said, last.output_text, last.finish_reasons) if last else None
     empty = last is not None and not last.tool_calls and not last.calls_unknown \
         and reply is not None and not reply.strip() \
-        and not any(s.kind_unknown for s in steps if s.index > last.index)
+        and not any(s.kind_unknown or (s.kind == "tool" and s.start_ns >= last.end_ns)
+                    for s in steps if s.index > last.index)
     if result is None:
         return said if said and said.strip() else "" if empty else None
     if last is not None and last.tool_calls:
