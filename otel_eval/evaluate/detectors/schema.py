@@ -357,7 +357,8 @@ def check_arguments(arguments: Any, schema: Mapping[str, Any], budget: Budget | 
     got = compiled_schema if compiled_schema is not None else _compiled_for(schema, budget)
     if got.validator is None:
         return Check(trouble=got.trouble, detail=got.detail)
-    size = len(json.dumps(arguments, default=str))
+    text = json.dumps(arguments, default=str)  # every character past ASCII escaped (\u)
+    size = len(text)
     if size > MAX_ARGUMENT_BYTES:
         return Check(trouble="arguments_too_large",
                      detail=f"{size} bytes of arguments (checked up to {MAX_ARGUMENT_BYTES})")
@@ -366,7 +367,8 @@ def check_arguments(arguments: Any, schema: Mapping[str, Any], budget: Budget | 
     run = _Run(steps_left=steps, errors_left=errors)
     token = _RUN.set(run)
     try:
-        return _checked(got.validator, nfc(arguments), run)
+        # all-ASCII text is NFC already: only arguments with a \u escape are put in NFC
+        return _checked(got.validator, nfc(arguments) if "\\u" in text else arguments, run)
     finally:
         _RUN.reset(token)
         budget.steps -= steps - max(run.steps_left, 0)

@@ -73,7 +73,9 @@ def argument_problems(arguments: Any, schema: Mapping[str, Any], reject_unknown:
     props = schema.get("properties")
     if (reject_unknown and isinstance(args, Mapping) and isinstance(props, Mapping)
             and "additionalProperties" not in schema):
-        for name in sorted(set(nfc(list(args))) - set(nfc(list(props))), key=str):
+        unknown = set(args) - set(props)  # then in NFC: only names not found as written
+        for name in sorted(set(nfc(list(unknown))) - set(nfc(list(props))) if unknown
+                           else (), key=str):
             problems.append({"constraint": "additionalProperties", "path": "",
                              "message": f"unknown parameter {name!r}"[:200]})
     return problems, check
