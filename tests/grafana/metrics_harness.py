@@ -165,6 +165,7 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.ingest.log_records_dropped("no_spans", 1)
     for _ in range(traces * 3):
         metrics.ingest.trace_released("complete", "root_ended", 4)
+    metrics.ingest.trace_released("truncated", "overflow", 2)  # cut for room: OtelEvalRunsCut
     metrics.ingest.trace_reopened(1, 1)
     metrics.evaluation.failed("judge", "timeout")
     metrics.sinks.dropped("forward", "retries_exhausted", 2)
