@@ -166,7 +166,8 @@ def _store_fresh(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[
     other = {t.trace_id for t in traces if t.trace_id in stored and t.trace_id not in own
              and stored[t.trace_id] != t.digest}  # stored with other content: rare
     whole = store.stored_span_ids(other) if other else {}
-    skipped = [_skipped(t, stored, own, whole) for t in traces]
+    skipped = [ALREADY_EVALUATED if t.trace_id in other and _stored_before_cut_digests(
+        store, t, stored[t.trace_id]) else _skipped(t, stored, own, whole) for t in traces]
     fresh = [t for t, why in zip(traces, skipped, strict=True) if why is None]
     outcomes = iter(_evaluate_and_store(evaluator, store, fresh, own) if fresh else [])
     return [next(outcomes) if why is None else Outcome(None, False, skipped=why)
@@ -198,6 +199,19 @@ def _skipped(trace: Trace, stored: Mapping[str, str], own: set[str],
         return LATE
     return None if any(i.startswith("r") for i in ids) or _holds_records(
         trace, ids, held) else LATE
+
+
+def _stored_before_cut_digests(store: EvaluationStore, trace: Trace, held: str) -> bool:
+    """Whether the stored run is ``trace`` released ``truncated`` by a release whose digest
+    did not tell a cut run from a whole one (before ``content_digest`` hashed the status):
+    the same content stored ``truncated``, so a replay of it (spool rows an upgrade found)
+    is not evaluated, judged and exported again. A row stored ``complete`` with that digest
+    is a whole run this one cuts (a late item it had no room for): not this. Rare: read
+    only for a truncated trace whose digest, without its status, is the stored one."""
+    if trace.status != "truncated" or held != content_digest(replace(trace, status="complete")):
+        return False
+    body = store.get(trace.trace_id)
+    return body is not None and body.get("status") == "truncated"
 
 
 def _holds_records(trace: Trace, ids: frozenset[str], held: str) -> bool:

@@ -1063,3 +1063,34 @@ def test_a_restarted_worker_matches_against_the_references_serve_started_with(
         stored = _stored(h)
         assert len(stored) == 2
         assert {b["verdict"]["reference"]["matched"] for b in stored.values()} == {True}
+
+
+def test_a_truncated_run_the_release_before_stored_is_not_evaluated_again(
+        tmp_path: Path) -> None:
+    """An upgrade with a truncated run's spool rows left (a kill between the commit and the
+    delete, or its forward or events not delivered at the stop): the release before stored
+    it with a digest that did not say ``truncated`` (this one's does). Its replay by the new
+    release is the same content, so it is ``already_evaluated``: before, it superseded the
+    stored run, judged and exported again. A run stored ``complete`` and cut now (a late
+    item it had no room for) still supersedes it."""
+    evaluator = Evaluator(Config())
+    store = Store(str(tmp_path / "s.db"))
+    spans = _trace("e" * 32)
+    cut = Trace("e" * 32, spans, "truncated")
+    # what the release before stored: the digest then hashed a truncated run as complete
+    cut.digest = content_digest(dataclasses.replace(cut, status="complete"))
+    whole = Trace("f" * 32, _trace("f" * 32), "complete")
+    whole.digest = content_digest(whole)
+    try:
+        [old, kept] = evaluate_and_store(evaluator, store, [cut, whole])
+        assert old.evaluation is not None and kept.evaluation is not None
+        replay = Trace("e" * 32, spans, "truncated")
+        replay.digest = content_digest(replay)
+        [out] = evaluate_and_store(evaluator, store, [replay])
+        assert (out.evaluation, out.skipped) == (None, ALREADY_EVALUATED)
+        now_cut = Trace("f" * 32, whole.spans, "truncated")
+        now_cut.digest = content_digest(now_cut)
+        [more] = evaluate_and_store(evaluator, store, [now_cut])
+        assert more.evaluation is not None and more.superseded
+    finally:
+        store.close()
