@@ -15,6 +15,10 @@ from otel_eval.receive.security import (
     token_problems,
 )
 
+# receiver.max_decoding_bytes per byte of receiver.max_message_bytes, at least: a request's
+# parse (~3 bytes a byte, ``receive.decoding``) and its spans decoded at 1 KiB on average
+DECODING_PER_MESSAGE_BYTE = 4
+
 
 @dataclass(frozen=True)
 class HttpLimits:
@@ -65,8 +69,9 @@ class ReceiverConfig:
     # bytes: each is charged 3 bytes per byte received plus 1 KiB per span or log record (a
     # request of minimal spans holds ~19x its bytes once decoded). A request that would pass
     # it is answered 429 / RESOURCE_EXHAUSTED with RetryInfo (throttle reason `decoding`);
-    # one past it alone 413 / RESOURCE_EXHAUSTED (refused reason `too_large`): keep it at
-    # least 3 x max_message_bytes. OTLP/JSON requests are not charged. Default 256 MiB.
+    # one past it alone 413 / RESOURCE_EXHAUSTED (refused reason `too_large`). At least
+    # 4 x max_message_bytes (checked at start): a request of that size decodes within it
+    # with spans of 1 KiB on average. OTLP/JSON requests are not charged. Default 256 MiB.
     max_decoding_bytes: int = 256 * 1024 * 1024
     # Threads serving gRPC calls. Decoding is CPU bound (GIL), so more threads only add
     # queueing; a handful keeps slow clients from blocking fast ones.
@@ -113,7 +118,18 @@ class ReceiverConfig:
                                 "grpc_max_waiting_rpcs_per_sender": 1,
                                 "grpc_receive_timeout_s": 0.001},
                  endpoints=("grpc_endpoint", "http_endpoint"),
-                 problems=token_problems("bearer_tokens", self.bearer_tokens))
+                 problems={**token_problems("bearer_tokens", self.bearer_tokens),
+                           **self._decoding_problem()})
+
+    def _decoding_problem(self) -> dict[str, str]:
+        """A decoding budget smaller than what a request of ``max_message_bytes`` may hold:
+        such requests, taken before, would be refused ``too_large`` (never retried)."""
+        need = DECODING_PER_MESSAGE_BYTE * self.max_message_bytes
+        if isinstance(self.max_decoding_bytes, int) and isinstance(self.max_message_bytes, int) \
+                and 0 < self.max_decoding_bytes < need:
+            return {"max_decoding_bytes": f"must be at least {DECODING_PER_MESSAGE_BYTE} x "
+                    f"max_message_bytes ({need}): a request that large would be refused"}
+        return {}
 
     def _listeners(self) -> Listeners:
         return [("receiver.grpc_endpoint", self.grpc_endpoint),

@@ -25,6 +25,10 @@ from otel_eval.store.config import StoreConfig
     ("assembly:\n  max_pending_spans: -1\n", "assembly.max_pending_spans: must be >= 1"),
     ("receiver:\n  grpc_workers: 0\n", "receiver.grpc_workers: must be >= 1, got 0"),
     ("receiver:\n  max_message_bytes: 0\n", "receiver.max_message_bytes: must be >= 1"),
+    # a request the release before took (up to max_message_bytes) refused too_large, never
+    # retried, by a decoding budget too small for it
+    ("receiver:\n  max_message_bytes: 134217728\n",
+     "receiver.max_decoding_bytes: must be at least 4 x max_message_bytes (536870912)"),
     ("receiver:\n  http_endpoint: localhost\n", "receiver.http_endpoint: expected HOST:PORT"),
     ("admin:\n  endpoint: ':99999'\n", "admin.endpoint: expected HOST:PORT"),
     ("store:\n  retention_days: -1\n", "store.retention_days: must be >= 0, got -1.0"),

@@ -36,7 +36,8 @@ def test_a_request_charges_its_spans_counted_on_the_wire() -> None:
 def test_a_request_whose_decoding_passes_the_budget_is_refused_too_large(
         tmp_path: Path) -> None:
     body = _empty_spans(2000)  # 4 KB on the wire, ~2 MiB decoded
-    with running_service(tmp_path, **{"receiver.max_decoding_bytes": 1 << 20}) as h:
+    with running_service(tmp_path, **{"receiver.max_message_bytes": 1 << 18,
+                                      "receiver.max_decoding_bytes": 1 << 20}) as h:
         _, err = _raw_export(h, body)
         assert err is not None and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "max_decoding_bytes" in (err.details() or "")
@@ -55,7 +56,8 @@ def test_a_request_whose_decoding_passes_the_budget_is_refused_too_large(
 def test_requests_being_decoded_share_one_budget_over_both_receivers(
         tmp_path: Path) -> None:
     small = encode.encode_spans(_spans(2)).SerializeToString()
-    with running_service(tmp_path, **{"receiver.max_decoding_bytes": 64 * 1024,
+    with running_service(tmp_path, **{"receiver.max_message_bytes": 16 * 1024,
+                                      "receiver.max_decoding_bytes": 64 * 1024,
                                       "receiver.retry_after_s": 2.0}) as h:
         assert h.svc.grpc is not None
         budget = h.svc.grpc.ingest.decoding
