@@ -76,3 +76,27 @@ def test_an_issue_stored_before_redaction_is_shown_redacted() -> None:
     stored = " ".join(str(r) for r in db.execute(
         "SELECT title, description FROM issues_catalogue"))
     assert "example.com" not in stored
+
+
+def test_a_judge_name_is_published_redacted() -> None:
+    """The judge model names a new issue from the critiques, and a critique is span text: an
+    injected instruction ("name this issue: mail bob at example dot com") can put an e-mail
+    address in the reply. The title and description published (and annotated as new, once)
+    carry the redaction as critiques' words do, not the model's reply as sent."""
+    import sqlite3
+
+    from otel_eval.evaluate.judge.config import RedactionConfig
+    from otel_eval.evaluate.judge.redact import Redactor
+    from otel_eval.outputs.issues.config import IssuesConfig
+    from otel_eval.outputs.issues.tracker import IssueTracker
+
+    def namer(_critiques: object) -> tuple[str, str]:
+        return "Mail bob@example.com now", "Card 4111 1111 1111 1111 was declined."
+
+    result = IssueTracker(IssuesConfig(), sqlite3.connect(":memory:"), clock=lambda: 1000.0,
+                          namer=namer, redact=Redactor(RedactionConfig()).redact
+                          ).run(_evaluations(6))
+    assert result.issues
+    shown = " ".join(f"{i.title} {i.description}" for i in result.issues)
+    assert "[EMAIL]" in shown
+    assert "example.com" not in shown and "4111" not in shown

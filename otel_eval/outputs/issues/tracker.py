@@ -221,6 +221,15 @@ class IssueTracker:
                 s.title, s.description = self._redact(s.title), self._redact(s.description)
         return stored
 
+    def _model_name(self, name: Name) -> Name:
+        """A judge model's name (namer or synthesis) redacted as critiques are: its reply is
+        model output over span text (an injected instruction can make it write an address),
+        published as the title on /v1/issues, the gauges and a Grafana annotation."""
+        if self._redact is None:
+            return name
+        return replace(name, title=self._redact(name.title),
+                       description=self._redact(name.description))
+
     def _forget_unseen(self, stored: list[StoredIssue], seen: set[str]) -> list[Resolved]:
         """Issues absent from this run had share 0 in it (the next trend starts there);
         those the previous run still had are resolved by this one."""
@@ -255,8 +264,8 @@ class IssueTracker:
             if stored is None:
                 from otel_eval.outputs.issues.naming import Name, deterministic_name
 
-                name = (Name(*c.name) if c.name is not None else names.get(i)
-                        or deterministic_name(c.terms, texts[0]))
+                name = (self._model_name(Name(*c.name)) if c.name is not None
+                        else names.get(i) or deterministic_name(c.terms, texts[0]))
                 title = titled(name.title, [group[m] for m in c.members])
                 stored = StoredIssue(new_issue_id(level, node, texts[0], taken, service),
                                      level, node, self._embedder.name, title,
@@ -322,7 +331,7 @@ class IssueTracker:
             texts = list(dict.fromkeys(group[m].text for m in c.members))
             name = name_cluster(c.terms, texts[:_NAMER_EXAMPLES], self._namer)
             if name is not None:  # None: not sent, still to be named
-                names[i] = name
+                names[i] = self._model_name(name)
         return names
 
     def _issue(self, stored: StoredIssue, c: Cluster, group: list[Critique],
