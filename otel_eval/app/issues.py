@@ -108,9 +108,10 @@ def _kept(path: Path, kept: Path) -> Path:
 
 
 def cmd_issues(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
-    from otel_eval.evaluate.judge.namer import judge_namer
+    from otel_eval.evaluate.judge.namer import OwnClient, judge_namer
     from otel_eval.evaluate.judge.redact import Redactor
     from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
+    from otel_eval.evaluate.judge.templates import Prompts
     from otel_eval.outputs.issues.files import EvaluationFileError
     from otel_eval.outputs.issues.result import to_json
     from otel_eval.outputs.issues.synthesis import REPLY_SCHEMA, check_reply
@@ -123,10 +124,12 @@ def cmd_issues(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
             from otel_eval.evaluate.judge.client import check_credentials, check_prices
             check_credentials(cfg.judge)
             check_prices(cfg.judge)
+        # names and merges through one client: one hourly budget for the whole command
+        ask = OwnClient(cfg.judge, Prompts(cfg.judge.prompt_dir)) if cfg.judge.active else None
         result = issues_offline(evaluations(list(args.paths), run), cfg.issues,
-                                namer=judge_namer(cfg.judge),
+                                namer=judge_namer(cfg.judge, ask),
                                 synthesizer=judge_synthesizer(cfg.judge, REPLY_SCHEMA,
-                                                              check_reply),
+                                                              check_reply, ask),
                                 redact=Redactor(cfg.judge.redaction).redact)
     except ConfigError as e:
         print(f"otel-eval: {e}", file=sys.stderr)

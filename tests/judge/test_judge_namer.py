@@ -225,3 +225,44 @@ def test_a_name_sent_and_failed_is_not_asked_again(tmp_path: Path, llm: FakeLLM)
         first = _titles(svc)
         sent = len(llm.requests)
         assert sent >= 1 and _titles(svc) == first and len(llm.requests) == sent
+
+
+def test_the_issues_command_names_and_merges_under_one_hourly_budget(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    """``otel-eval issues`` names and merges with a client of its own, one hourly budget for
+    the whole command: the merge call that spends it leaves no name call sent (the namer
+    had a client, and so a budget, of its own beside the synthesizer's)."""
+    import io
+    import json
+
+    from otel_eval.app.cli import build_parser, run_from_args
+    from otel_eval.app.issues import cmd_issues
+
+    loop = "Tool 'web_search' was called {n} times with identical arguments"
+    auth = "Authentication failed: API key rejected with HTTP 401 for https://api.x.io/v{n}"
+    lines = []
+    for i in range(12):
+        tid = f"{i:032x}"
+        texts = [loop.format(n=i + 3), *([auth.format(n=i)] if i % 3 == 0 else [])]
+        lines.append(json.dumps({
+            "trace_id": tid, "agent": "shop", "findings": [],
+            "steps": [{"index": k, "span_id": f"{tid}-s{k}", "node": "searcher"}
+                      for k in range(len(texts))],
+            "judge": {"judges": {"quality": {"critiques": [
+                {"span_id": f"{tid}-s{k}", "score": 0.1, "text": t}
+                for k, t in enumerate(texts)]}}}}))
+    evals = tmp_path / "evals.jsonl"
+    evals.write_text("\n".join(lines) + "\n")
+    cfg = tmp_path / "otel-eval.yaml"
+    cfg.write_text(json.dumps({"judge": {
+        "model": "openai/gpt-4o-mini", "api_base": llm.api_base, "max_retries": 0,
+        "max_cost_usd_per_hour": 0.0001}}))  # one call (1,000 + 100 tokens) spends it
+
+    def reply(body: dict[str, Any]) -> Reply:
+        if "numbered issues" in body["messages"][0]["content"]:
+            return good({"groups": [], "assign": []})
+        return good({"title": "Agent repeats searches", "description": "It repeats them."})
+    llm.route = reply
+    args = build_parser().parse_args(["issues", str(evals), "--config", str(cfg)])
+    assert cmd_issues(args, run_from_args(args), io.StringIO()) == 0
+    assert len(llm.requests) == 1
