@@ -53,3 +53,34 @@ def test_an_issue_of_stop_words_only_keeps_its_id_across_runs() -> None:
     assert len({o[0].issue_id for o in over}) == 1
     assert [o[0].new for o in over] == [True, False, False]
     assert not [e for r in runs[1:] for e in r.events if e.kind == "new"]
+
+
+def _judged(i: int, text: str) -> dict[str, object]:
+    tid = f"{i:032x}"
+    return {"trace_id": tid, "agent": "shop", "findings": [],
+            "steps": [{"index": 0, "span_id": f"{tid}-s0", "node": "searcher"}],
+            "judge": {"judges": {"quality": {"critiques": [
+                {"span_id": f"{tid}-s0", "score": 0.1, "text": text}]}}}}
+
+
+def test_a_fleet_handoff_keeps_the_previous_runs_assignment() -> None:
+    """On a fleet the issues job moves between workers over one catalogue: "a critique stays
+    in the issue the previous run gave it" means the fleet's previous run. A worker taking
+    the job back put a critique where its own run, hours before, had put it, against the
+    run another worker made since over the same catalogue."""
+    loop = ["Tool web_search was called {n} times with identical arguments",
+            "The agent called web_search {n} times with the same arguments again"]
+    auth = ["Authentication failed: API key rejected by the server ({n})",
+            "API key rejected, authentication failed by the server"]
+    both = "search called with the same arguments, API key rejected"
+    first = [_judged(i, loop[i % 2].format(n=i + 3)) for i in range(8)] + [_judged(100, both)]
+    later = first + [_judged(200 + i, auth[i % 2].format(n=i)) for i in range(8)]
+    db = sqlite3.connect(":memory:")
+    a, b = IssueTracker(CFG, db), IssueTracker(CFG, db)  # two workers, one catalogue
+
+    def issue_of(result: object) -> str | None:
+        return _ids(result)[(f"{100:032x}", f"{100:032x}-s0")]
+    first_run = issue_of(a.run(first, now=100.0))  # worker a leads
+    handed = issue_of(b.run(later, now=200.0))  # a stopped; b leads
+    assert first_run is not None and handed is not None and handed != first_run
+    assert issue_of(a.run(later, now=300.0)) == handed  # b stopped; a leads again

@@ -291,6 +291,12 @@ class Catalogue:
         self._conn.execute(_PRUNE, (HISTORY_RUNS,))
         self._conn.commit()
 
+    def last_run(self) -> float | None:
+        """The time of the newest clustering run recorded (``record_shares``), by whichever
+        process ran it; None before any."""
+        rows = self._execute("SELECT MAX(at) FROM issue_shares")
+        return None if not rows or rows[0][0] is None else float(rows[0][0])
+
     def history(self, ids: list[str]) -> dict[str, list[tuple[float, float]]]:
         """Issue id -> its recorded (run time, share), oldest first."""
         out: dict[str, list[tuple[float, float]]] = {}

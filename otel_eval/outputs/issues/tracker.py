@@ -137,6 +137,9 @@ class IssueTracker:
         # length; in memory: lost on restart, when only the catalogue keeps ids)
         self._previous: dict[str, str] = {}
         self._current: dict[str, str] = {}
+        # the time of the run ``_previous`` is from: another process's run recorded in the
+        # catalogue since (a fleet's job moved) makes it no longer the previous run's
+        self._previous_at: float | None = None
         self._embedder = (embedder if embedder is not None
                           else make_embedder(config.embedding, config.stem_chars))
         self._taxonomy = load_taxonomy(config.taxonomy_model) if config.taxonomy else None
@@ -173,6 +176,8 @@ class IssueTracker:
         cfg = self._config
         ext = extract(latest_revisions(evaluations), cfg.low_score_threshold,
                       cfg.include_findings, self._redact)
+        if self._previous and self._catalogue.last_run() != self._previous_at:
+            self._previous = {}  # another worker ran the job since: its run decided
         aged = self._catalogue.age_out(now, cfg.age_out_s, cfg.max_issues)
         stored = self._redacted(self._catalogue.load(self._embedder.name))
         taken = self._catalogue.ids()
@@ -197,6 +202,7 @@ class IssueTracker:
         resolved = self._forget_unseen(stored, seen)
         self._catalogue.record_shares(now, {**{s.issue_id: 0.0 for s in stored},
                                             **{i.issue_id: i.share for i in issues}})
+        self._previous_at = now
         history = self._catalogue.history([i.issue_id for i in issues])
         issues = [replace(i, history=tuple(history.get(i.issue_id, ()))) for i in issues]
         issues.sort(key=lambda i: (i.level != "system", i.node, -i.share, i.issue_id))
