@@ -145,8 +145,9 @@ class Service:
                                max_pairs=config.admin.metrics_max_pairs)
         # Constructed here, opened by the lifecycle (``start``): the locks first, then the
         # store and the spool; nothing here touches a file or a socket.
-        self._locks = [] if self.front_end else instance_locks(config.store,
-                                                               journal=config.judge.active)
+        self._locks = [] if self.front_end else instance_locks(
+            config.store, journal=config.judge.active,
+            catalogue=config.issues.store_path if config.issues.interval_s > 0 else "")
         self.store = store_at(self._store_target(), config.store.session)
         self.evaluator = Evaluator(config, references_path=self.options.references_path)
         # conversations for GET /v1/sessions: complete ones as the session job stored them,
@@ -523,11 +524,14 @@ class Service:
         return self._feedback.record(trace_id, outcome_value)
 
 
-def instance_locks(sc: StoreConfig, journal: bool = False) -> list[InstanceLock]:
-    """The locks of the local files this serve owns (the SQLite store, the spool, and with
-    ``journal`` (a judge model) the judge's pending-work journal in ``store.path``), not taken
-    yet. A PostgreSQL store is shared by the fleet by design: only its local files are locked.
-    With SQLite the journal is in the store's file, locked as the store."""
+def instance_locks(sc: StoreConfig, journal: bool = False,
+                   catalogue: str = "") -> list[InstanceLock]:
+    """The locks of the local files this serve owns (the SQLite store, the spool, with
+    ``journal`` (a judge model) the judge's pending-work journal in ``store.path``, and the
+    issues job's own SQLite ``catalogue``, ``issues.store_path``: a SQLite catalogue always
+    leads, so two serves on one would both run the job over it), not taken yet. A PostgreSQL
+    store is shared by the fleet by design: only its local files are locked. With SQLite the
+    journal is in the store's file, locked as the store."""
     locks = []
     if not is_postgresql_url(sc.target) and sc.target != ":memory:":
         locks.append(InstanceLock(sc.target, "store"))
@@ -535,4 +539,8 @@ def instance_locks(sc: StoreConfig, journal: bool = False) -> list[InstanceLock]
         locks.append(InstanceLock(sc.path, "judge journal"))
     if spool := sc.spool_file():
         locks.append(InstanceLock(spool, "spool"))
+    if catalogue and not is_postgresql_url(catalogue) and catalogue != ":memory:":
+        own = InstanceLock(catalogue, "issues catalogue", "issues.store_path")
+        if all(lock.path != own.path for lock in locks):  # not a file locked above
+            locks.append(own)
     return locks

@@ -31,8 +31,9 @@ class InstanceLock:
     """The exclusive lock of one file (``<path>.lock``); ``acquire`` in serve's process only
     (its evaluation workers open the store without it)."""
 
-    def __init__(self, path: str, what: str) -> None:
+    def __init__(self, path: str, what: str, setting: str = "store.path") -> None:
         self.name = path  # as configured: how the refusal names the file
+        self.setting = setting  # the setting that gives this serve a file of its own
         self.path = os.path.realpath(path) + ".lock"
         self.what = what  # "store", "spool", "judge journal"
         self._file: IO[str] | None = None
@@ -56,7 +57,7 @@ class InstanceLock:
             raise StartupError(
                 f"{self.what} {self.name} is in use by another otel-eval "
                 f"serve (pid {holder}, lock {self.path}); stop it, or give this one its own "
-                "store.path") from None
+                f"{self.setting}") from None
         self._file = f  # held from here on, whether or not the pid can be written
         try:
             f.seek(0)

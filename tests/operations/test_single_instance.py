@@ -207,3 +207,34 @@ def test_a_lock_whose_pid_cannot_be_written_still_locks_and_serve_goes_on(
     second = InstanceLock(str(store), "store")
     second.acquire()  # released: free again
     second.release()
+
+
+def test_a_second_serve_on_the_same_issue_catalogue_is_refused(tmp_path: Path) -> None:
+    """``issues.store_path`` is a SQLite catalogue of its own: a SQLite catalogue always
+    leads, so two serves given one file (a volume shared by two sidecars, each with its own
+    store) both ran the issues job over it, their runs overlapping and each window's shares
+    replacing the other's. The catalogue's file is locked as the store's is: the second
+    serve is refused at start, naming the file and the holder."""
+    catalogue = str(tmp_path / "issues.db")
+    cfg = replace(Config(), **{"store.path": str(tmp_path / "first.db"),
+                               "issues.store_path": catalogue})
+    first = Service(cfg, registry=CollectorRegistry())
+    first._take_locks()  # serve's first step, as a running one holds it
+    try:
+        second = Service(replace(cfg, **{"store.path": str(tmp_path / "second.db"),
+                                         "receiver.grpc_endpoint": "127.0.0.1:0",
+                                         "receiver.http_endpoint": "127.0.0.1:0",
+                                         "admin.endpoint": "127.0.0.1:0"}),
+                         registry=CollectorRegistry())
+        try:
+            second.start(worker=False)
+        except StartupError as e:
+            refused = str(e)
+        else:
+            second.shutdown(deadline_s=5)
+            refused = ""
+        assert (f"issues catalogue {catalogue} is in use by another otel-eval serve "
+                f"(pid {os.getpid()}") in refused
+        assert refused.endswith("give this one its own issues.store_path")
+    finally:
+        first._release_locks()
