@@ -447,3 +447,33 @@ def test_a_namer_without_its_provider_key_is_refused_at_start(
     code, _ = _issues(str(path), "--judge", "openai/gpt-4o-mini")
     err = capsys.readouterr().err
     assert code == 2 and "needs OPENAI_API_KEY" in err, err
+
+
+def test_the_offline_run_holds_what_clustering_reads_not_whole_evaluations() -> None:
+    """``otel-eval issues`` over ``eval --format jsonl`` reads the evaluations as a stream,
+    but the run kept each whole (every step's inputs and outputs) until the end, as serve's
+    job did before it kept ``critique_fields`` of each stored body: a week of eval output was
+    gigabytes held. It holds what clustering reads, as serve does."""
+    import tracemalloc
+
+    from otel_eval.outputs.issues.tracker import issues_offline
+
+    def stream(n: int) -> Any:
+        for i in range(n):
+            tid = f"{i + 1:032x}"
+            yield {"trace_id": tid, "agent": "shop", "service": "svc",
+                   "steps": [{"index": 0, "span_id": f"{i + 1:016x}", "node": "shop",
+                              "output": "x" * 100_000}],
+                   "findings": [{"detector": "loop", "kind": "repeated_call",
+                                 "severity": "error", "span_ids": [f"{i + 1:016x}"],
+                                 "message": "search called 3 times with the same arguments"}]}
+
+    issues_offline(stream(4))  # the clustering's modules imported before measuring
+    tracemalloc.start()
+    try:
+        result = issues_offline(stream(400))  # 40 MB of step outputs in all
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.traces == 400 and result.issues
+    assert peak < 10_000_000, peak

@@ -37,7 +37,13 @@ from otel_eval.outputs.issues.continuity import (
     kept_members,
     merged,
 )
-from otel_eval.outputs.issues.critiques import Critique, Extraction, Redact, extract
+from otel_eval.outputs.issues.critiques import (
+    Critique,
+    Extraction,
+    Redact,
+    critique_fields,
+    extract,
+)
 from otel_eval.outputs.issues.embed import (
     Embedder,
     Matrix,
@@ -174,7 +180,10 @@ class IssueTracker:
         self._naming_calls_left = self._config.naming_max_calls
         self._naming_deadline = self._monotonic() + self._config.naming_deadline_s
         cfg = self._config
-        ext = extract(latest_revisions(evaluations), cfg.low_score_threshold,
+        # what clustering reads of each, kept as it is read (an evaluation file's objects
+        # are whole: every step's inputs and outputs), as serve's store read keeps it
+        kept = (critique_fields(ev) if isinstance(ev, dict) else ev for ev in evaluations)
+        ext = extract(latest_revisions(kept), cfg.low_score_threshold,
                       cfg.include_findings, self._redact)
         if self._previous and self._catalogue.last_run() != self._previous_at:
             self._previous = {}  # another worker ran the job since: its run decided
