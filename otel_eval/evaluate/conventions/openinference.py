@@ -11,9 +11,12 @@ arguments, and is no offer). smolagents managed agents are named from the enclos
 agent's ``smolagents.managed_agents.N.name``, others by ``agent.name``, else the span name
 (smolagents' ``<name>.run`` read as ``<name>``). A LangGraph node span marked AGENT (the
 ReAct graph's ``agent`` node: ``metadata.langgraph_node`` is its own name) is a chain step
-of the graph, not an agent. LangChain's agents stamp their name on every run of the agent as
-``metadata.lc_agent_name`` (``create_agent(name=...)``, Python and JS): ``stamped_agent_name``
-reads it, for spans that are not agent spans (LangChain.js's graph root is a CHAIN span). Tool
+of the graph, not an agent; a span marked AGENT with ``tool.name`` is a tool step (the
+LangChain instrumentation marks every run whose name holds "agent" AGENT, a tool run too:
+``ask_weather_agent``, an agent called as a tool). LangChain's agents stamp their name on
+every run of the agent as ``metadata.lc_agent_name`` (``create_agent(name=...)``, Python and
+JS): ``stamped_agent_name`` reads it, for spans that are not agent spans (LangChain.js's graph
+root is a CHAIN span). Tool
 inputs are read as carried (LlamaIndex's ``{"kwargs": ...}``,
 smolagents' ``{"args", "kwargs"}`` are taken off by ``trajectory.envelopes``).
 
@@ -112,6 +115,10 @@ def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
         return "other"
     if found == "agent" and _langgraph_node(span, attrs):
         return "chain"  # a node of a LangGraph graph (the ReAct "agent" node), not an agent
+    if found == "agent" and "tool.name" in attrs:
+        # a tool run LangChain's instrumentation marked AGENT for its name (every run whose
+        # name holds "agent" is: a tool ask_weather_agent); only a tool run has tool.name
+        return "tool"
     if found == "chain" and haystack_agent(span):
         return "agent"
     return found
