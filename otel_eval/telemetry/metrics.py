@@ -54,6 +54,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_traces_with_loop_total{service,agent}
                otel_eval_traces_non_terminated_total{service,agent}
                otel_eval_traces_budget_overruns_total{service,agent,budget}
+               otel_eval_traces_over_budget_total{service,agent}  traces with an overrun,
+               once however many budgets (what the budget alerts' share counts)
                otel_eval_traces_verdicts_total{service,agent,verdict}           passed|failed
                otel_eval_traces_lucky_passes_total{service,agent}
                otel_eval_traces_agent_source_total{service,source}  span|child_span|
@@ -133,7 +135,8 @@ Invariants (in steady state, all counters since start):
   are pending and released again) + assembly_spans_handed_over (a revoked Kafka partition's
   runs in flight: their records go to its next owner);
 - traces_completed = sum over verdicts of traces_verdicts (+ traces with no verdict);
-- traces_with_loop, traces_non_terminated, traces_lucky_passes <= traces_completed;
+- traces_with_loop, traces_non_terminated, traces_over_budget, traces_lucky_passes <=
+  traces_completed;
 - sum over source of traces_agent_source = traces_completed (per service).
 
 ``traces_non_terminated`` counts runs that did not end (``results.NOT_ENDED_KINDS``):

@@ -39,6 +39,8 @@ class TraceMetrics:
                            "Traces of runs that did not end (non-termination findings).", sa)
         self.c_budget = c("traces_budget_overruns",
                           "Budget overrun findings (*_exceeded), by budget.", [*sa, "budget"])
+        self.c_over_budget = c("traces_over_budget", "Traces with a budget overrun finding "
+                               "(*_exceeded), once however many budgets they overran.", sa)
         self.c_verdicts = c("traces_verdicts", "Verdicts, passed or failed.", [*sa, "verdict"])
         self.c_lucky = c("traces_lucky_passes", "Passed traces flagged as lucky passes.", sa)
         self.c_agent_source = c("traces_agent_source",
@@ -88,7 +90,7 @@ class TraceMetrics:
     def _count_findings(self, evaluation: Evaluation, service: str, agent: str,
                         exemplar: dict[str, str]) -> None:
         detectors: set[str] = set()
-        not_ended = False
+        not_ended = over_budget = False
         for f in evaluation.findings:
             detectors.add(f.detector)
             not_ended = not_ended or (f.detector == "non_termination"
@@ -98,6 +100,7 @@ class TraceMetrics:
             if budget_exceeded(f.detector, f.kind):
                 budget = str(f.attributes.get("budget") or f.kind or UNKNOWN)[:64]
                 self._series(self.c_budget, service, agent, budget).inc(exemplar=exemplar)
+                over_budget = True
             elif f.detector == "tool_call" and f.kind in TOOL_ERROR_KINDS:
                 tool = self._tool((service, agent),
                                   self._tool_name(evaluation.trajectory, f))
@@ -106,6 +109,8 @@ class TraceMetrics:
             self._series(self.c_loop, service, agent).inc(exemplar=exemplar)
         if not_ended:
             self._series(self.c_nonterm, service, agent).inc(exemplar=exemplar)
+        if over_budget:
+            self._series(self.c_over_budget, service, agent).inc(exemplar=exemplar)
         if "lucky_pass" in detectors:
             self._series(self.c_lucky, service, agent).inc(exemplar=exemplar)
 

@@ -3,7 +3,7 @@ metric counted, no others. Before, the non-termination alerts linked ``detector=
 (also the runs that ended raising: ``root_error``, ``llm_error``, ``no_output``, which
 ``otel_eval_traces_non_terminated_total`` does not count) and the budget alerts
 ``detector=budget`` (also every run whose cost was partly unpriced, ``cost_unknown``, which
-``otel_eval_traces_budget_overruns_total`` does not count): the page behind an alert listed
+``otel_eval_traces_over_budget_total`` does not count): the page behind an alert listed
 runs that never did what it pages about."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ FINDINGS = [("non_termination", "halted"), ("non_termination", "incomplete"),
             ("loop", "stagnation"), ("tool_call", "runtime")]
 # the per-trace counters an alert link stands for (the numerator of its share)
 COUNTERS = ("otel_eval_traces_with_loop_total", "otel_eval_traces_non_terminated_total",
-            "otel_eval_traces_budget_overruns_total")
+            "otel_eval_traces_over_budget_total")
 
 
 def _evaluation(i: int, detector: str, kind: str) -> Evaluation:

@@ -72,6 +72,22 @@ def test_evaluation_stored_derives_every_family() -> None:
 
 
 
+def test_a_trace_over_several_budgets_is_one_trace_over_budget() -> None:
+    """A runaway run overruns steps, tokens and cost at once: three findings, one trace. The
+    budget alerts page on the share of traces over a budget; counted per finding, 4 % of
+    runs over three budgets read as 12 % and paged past the 10 % threshold."""
+    m = Metrics()
+    over = [Finding("budget", f"{b}_exceeded", "error", "over", attributes={"budget": b})
+            for b in ("steps", "input_tokens", "cost_usd")]
+    m.evaluation_stored(_evaluation(findings=over), 0.1, superseded=False)
+    unpriced = Finding("budget", "cost_unknown", "info", "?", attributes={"budget": "cost_usd"})
+    m.evaluation_stored(_evaluation("cd" * 16, findings=[unpriced]), 0.1, superseded=False)
+    sa = {"service": "svc", "agent": "planner"}
+    assert _value(m.registry, "otel_eval_traces_over_budget_total", **sa) == 1
+    assert sum(_value(m.registry, "otel_eval_traces_budget_overruns_total", **sa, budget=b)
+               for b in ("steps", "input_tokens", "cost_usd")) == 3
+
+
 def test_a_run_whose_tokens_no_span_recorded_is_no_zero_token_run() -> None:
     """An instrumentation that records no usage (an OpenAI stream asked without usage, the
     tau-bench files): the run's ``usage`` says unknown (None), not 0, and the tokens
