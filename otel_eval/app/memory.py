@@ -9,8 +9,8 @@ under its default limit (tests/deploy/test_chart_memory.py). docs/architecture.m
 worst) gives the figures for the defaults. An upper bound: a span released and not yet
 evaluated is counted both pending and kept for re-opening.
 
-Not counted: an OTLP/JSON request being decoded (``receiver.max_decoding_bytes`` charges
-protobuf requests only) and an evaluation worker's trace (``trajectory`` bounds).
+Not counted: an evaluation worker's trace (``trajectory`` bounds); the requests being decoded,
+protobuf and OTLP/JSON, are within ``receiver.max_decoding_bytes``.
 """
 
 from __future__ import annotations

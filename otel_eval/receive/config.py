@@ -70,8 +70,11 @@ class ReceiverConfig:
     # request of minimal spans holds ~19x its bytes once decoded). A request that would pass
     # it is answered 429 / RESOURCE_EXHAUSTED with RetryInfo (throttle reason `decoding`);
     # one past it alone 413 / RESOURCE_EXHAUSTED (refused reason `too_large`). At least
-    # 4 x max_message_bytes (checked at start): a request of that size decodes within it
-    # with spans of 1 KiB on average. OTLP/JSON requests are not charged. Default 256 MiB.
+    # 4 x max_message_bytes (checked at start): a protobuf request of that size decodes
+    # within it with spans of 1 KiB on average. An OTLP/JSON request is charged 16 bytes per
+    # byte, 1 KiB per `{` and 256 bytes per `[` (what parsing it holds at worst, whatever its
+    # content), so a JSON body over a sixteenth of it is refused: send larger batches as
+    # protobuf. Default 256 MiB.
     max_decoding_bytes: int = 256 * 1024 * 1024
     # Threads serving gRPC calls. Decoding is CPU bound (GIL), so more threads only add
     # queueing; a handful keeps slow clients from blocking fast ones.

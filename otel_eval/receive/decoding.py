@@ -11,6 +11,13 @@ given back once the engine answered (what it took, its pending budget counts). A
 whose charge alone passes the budget is refused as too large (never retried); one that
 would pass it with the requests being decoded is throttled (retryable; reason
 ``decoding``).
+
+An OTLP/JSON request is charged the same way, before ``json.loads``, by an upper bound that
+holds whatever its content (``json_cost``): ``JSON_BYTES_PER_BYTE`` per byte (a number or a
+string held as Python objects, the protobuf request and its decoded copy; floats ~12x) plus
+``SPAN_HELD_BYTES`` per ``{`` (a dict, the message it becomes and perhaps a decoded span: an
+empty span ``{},`` held ~105x its 3 bytes) and ``JSON_LIST_BYTES`` per ``[`` (``[],`` ~47x),
+each counted by ``bytes.count`` (braces inside strings are charged too: an upper bound).
 """
 
 from __future__ import annotations
@@ -26,6 +33,16 @@ from otel_eval.decode.wirecount import count_items
 # protobuf's parse of a request, per byte of it: ~2.6 bytes measured (minimal spans),
 # the request's bytes included
 PARSED_BYTES_PER_BYTE = 3
+# json.loads and ParseDict of an OTLP/JSON request, per byte, per object and per list, at
+# most (measured: ~0.75 of this charge at worst, a list of floats; module docstring)
+JSON_BYTES_PER_BYTE = 16
+JSON_LIST_BYTES = 256
+
+
+def json_cost(body: bytes) -> int:
+    """What parsing and decoding the OTLP/JSON ``body`` holds at worst (module docstring)."""
+    return (len(body) * JSON_BYTES_PER_BYTE + body.count(b"{") * SPAN_HELD_BYTES
+            + body.count(b"[") * JSON_LIST_BYTES)
 
 
 class DecodeBudget:
@@ -41,9 +58,11 @@ class DecodeBudget:
         return parsed + count_items(body, room) * SPAN_HELD_BYTES
 
     @contextmanager
-    def charged(self, body: bytes) -> Iterator[Literal["", "too_large", "decoding"]]:
-        """"" while ``body``'s cost is held (given back on exit), else why it is not."""
-        n = self.cost(body)
+    def charged(self, body: bytes, *, json: bool = False
+                ) -> Iterator[Literal["", "too_large", "decoding"]]:
+        """"" while ``body``'s cost is held (given back on exit), else why it is not;
+        ``json``: an OTLP/JSON body (``json_cost``)."""
+        n = json_cost(body) if json else self.cost(body)
         if n > self.max_bytes:
             yield "too_large"
             return

@@ -249,6 +249,14 @@ class Ingest:
         return self.handle_request(req, protocol, rejected, body, sender)
 
     def handle_json(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
+        if self.decoding is None:
+            return self._handle_json(body, protocol, sender)
+        with self.decoding.charged(body, json=True) as refused:
+            if refused:
+                return self._refused(refused, protocol, protocol, logs=False)
+            return self._handle_json(body, protocol, sender)
+
+    def _handle_json(self, body: bytes, protocol: str, sender: str) -> IngestResult:
         try:
             req, rejected = otlp_json.parse_request(body)
         except ValueError as e:
@@ -327,6 +335,14 @@ class Ingest:
         return self.handle_logs_request(req, protocol, sender, body, rejected)
 
     def handle_logs_json(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
+        if self.decoding is None:
+            return self._handle_logs_json(body, protocol, sender)
+        with self.decoding.charged(body, json=True) as refused:
+            if refused:
+                return self._refused(refused, protocol, f"{protocol}_logs", logs=True)
+            return self._handle_logs_json(body, protocol, sender)
+
+    def _handle_logs_json(self, body: bytes, protocol: str, sender: str) -> IngestResult:
         try:
             req, rejected = otlp_logs.parse_logs_json(body)
         except ValueError as e:

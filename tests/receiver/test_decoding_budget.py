@@ -14,7 +14,7 @@ from support.harness import running_service
 from test_receivers import _post, _raw_export, _spans
 
 from otel_eval.decode import encode, otlp
-from otel_eval.receive.decoding import DecodeBudget
+from otel_eval.receive.decoding import DecodeBudget, json_cost
 
 PB = "application/x-protobuf"
 
@@ -80,3 +80,21 @@ def test_requests_being_decoded_share_one_budget_over_both_receivers(
         assert _raw_export(h, small)[1] is None
         assert _post(h.http_url, small, PB)[0] == 200
         assert budget.held == 0
+
+
+def test_an_otlp_json_request_is_charged_to_the_budget(tmp_path: Path) -> None:
+    """json.loads and ParseDict hold ~105x an OTLP/JSON request of empty spans (``{},``:
+    a dict and a Span message each): a JSON body is charged before its parse as a protobuf
+    one is, by an upper bound whatever its content (``decoding.json_cost``)."""
+    spans = b"[" + b",".join([b"{}"] * 2000) + b"]"  # 6 KB, ~0.6 MiB parsed
+    body = b'{"resourceSpans":[{"scopeSpans":[{"spans":' + spans + b"}]}]}"
+    logs = body.replace(b"Spans", b"Logs").replace(b'"spans"', b'"logRecords"')
+    assert DecodeBudget(1 << 30).cost(body) < len(body) * 4  # no protobuf: not counted so
+    assert json_cost(body) >= 2000 * 1024
+    with running_service(tmp_path, **{"receiver.max_decoding_bytes": 1 << 20}) as h:
+        assert _post(h.http_url, body, "application/json")[0] == 413
+        assert _post(h.http_url.replace("/v1/traces", "/v1/logs"), logs,
+                     "application/json")[0] == 413
+        assert h.sample("otel_eval_receiver_requests_refused_total", protocol="http",
+                        reason="too_large") == 2
+        assert _post(h.http_url, b'{"resourceSpans":[]}', "application/json")[0] == 200
