@@ -27,6 +27,10 @@ ISSUES_BYTES = 432 * MIB
 # memory one held GenAI log record costs beyond its bytes as received (``HeldRecord``, its
 # ids and name, its key in its trace's set): ~350 bytes measured for a small one
 RECORD_HELD_BYTES = 512
+# what grpc's C core reads of a gRPC call's message while the call waits for a worker thread
+# (its HTTP/2 stream window; the message whole when smaller): ~8 MiB measured per call,
+# grpcio 1.85, 63 calls of 32 MiB queued behind one busy thread held +507 MiB
+GRPC_QUEUED_CALL_BYTES = 8 * MIB
 
 
 def worst_case(config: Config) -> dict[str, int]:
@@ -38,6 +42,9 @@ def worst_case(config: Config) -> dict[str, int]:
                                                   r.max_message_bytes),
         "OTLP/gRPC messages being read (grpc_workers x max_message_bytes)":
             r.grpc_workers * r.max_message_bytes,
+        "OTLP/gRPC calls waiting for a worker thread (grpc_max_concurrent_rpcs - grpc_workers)":
+            max(0, r.grpc_max_concurrent_rpcs - r.grpc_workers)
+            * min(r.max_message_bytes, GRPC_QUEUED_CALL_BYTES),
         "OTLP requests being decoded (max_decoding_bytes)": r.max_decoding_bytes,
         "pending spans (max_pending_bytes + max_pending_spans x SPAN_HELD_BYTES)":
             a.max_pending_bytes + a.max_pending_spans * SPAN_HELD_BYTES,

@@ -83,6 +83,8 @@ class ReceiverConfig:
     # with RESOURCE_EXHAUSTED at once instead of queueing without bound. grpc refuses them
     # itself: no RetryInfo (exporters following OTLP do not retry them) and no metric of
     # ours (grpcio has no public hook for it): keep it above the calls exporters keep in flight.
+    # grpc reads up to ~8 MiB of the message of each call waiting for a thread (the worst
+    # case counts it, app/memory.py).
     grpc_max_concurrent_rpcs: int = 64
     # Time a gRPC call has to deliver its request message once it began, seconds; a call
     # that sends headers and then nothing is cancelled (it holds a worker thread meanwhile).

@@ -41,3 +41,15 @@ def test_the_architecture_doc_gives_the_worst_cases() -> None:
     for config in (Config(), build(Config, values["config"])):
         total = sum(worst_case(config).values())
         assert f"~{total / 1024 ** 3:.1f} GiB" in text, total
+
+
+def test_grpc_calls_waiting_for_a_worker_thread_are_counted() -> None:
+    """grpc's C core reads ~8 MiB of each call's message while the call waits for one of the
+    ``grpc_workers`` threads, up to ``grpc_max_concurrent_rpcs`` calls taken at once: with the
+    defaults 56 x 8 MiB the worst case left out."""
+    base = Config()
+    more = build(Config, {"receiver": {"grpc_max_concurrent_rpcs": 72}})
+    assert sum(worst_case(more).values()) - sum(worst_case(base).values()) == 8 * 8 * 2**20
+    small = build(Config, {"receiver": {"max_message_bytes": 2**20}})
+    grpc_parts = {k: n for k, n in worst_case(small).items() if "gRPC" in k}
+    assert sum(grpc_parts.values()) == 64 * 2**20  # each call at most its message
