@@ -489,3 +489,34 @@ def test_a_status_checked_between_other_reads_until_it_changed_is_no_loop(
         steps += [tool("get_log", {"id": 42, "page": page}, f"line {page}"),
                   tool("get_job", {"id": 42}, state)]
     assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == expected
+
+
+def _rate_limited(ok: bool) -> Step:
+    """A search raised on a rate limit (its span failed, no result recorded), or answered."""
+    args = {"origin": "SFO", "destination": "JFK"}
+    if ok:
+        return tool("search_flights", args, '[{"flight": "UA1"}, {"flight": "DL2"}]')
+    return tool("search_flights", args, None, error="RateLimitError: 429 Too Many Requests")
+
+
+@pytest.mark.parametrize(("outcomes", "wait", "expected"), [
+    ((False, True), False, []),
+    ((False, False, True), False, []),
+    ((False, False, False, True), True, []),
+    ((False, False, False), False, ["loop/repeated_call"]),
+    ((False, True, True), False, ["loop/repeated_call"]),
+], ids=["retried_once", "retried_twice", "retried_after_fixed_waits", "never_succeeded",
+        "after_it_succeeded"])
+def test_a_call_retried_after_a_rate_limit_until_it_succeeded_is_no_loop(
+        outcomes: tuple[bool, ...], wait: bool, expected: list[str]) -> None:
+    """A call that failed on a rate limit (raised: its span failed with no result recorded,
+    as instrumentations record an exception) retried until it succeeded ended on the change
+    it waited for, the poll of rule (a): no repeated call, nor, with a fixed wait between
+    the attempts, a cycle (c) or the waits as no progress (b). Failing every time, or called
+    again after it succeeded, it is still a repeat."""
+    steps: list[Step] = []
+    for n, ok in enumerate(outcomes):
+        steps += [tool("wait", {"seconds": 2}, "waited 2 s")] * (wait and n > 0)
+        steps.append(_rate_limited(ok))
+    steps.append(llm("UA1 and DL2 fly from SFO to JFK."))
+    assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == expected

@@ -82,7 +82,9 @@ def _poll(run: Sequence[Call], period: int = 1) -> bool:
     """Whether calls repeated in a row (one call, or a cycle's pattern of ``period`` calls:
     a status checked and a fixed wait between) are a poll: the last ended on a result that
     differed from that of the same call one round before (a job's status called until it
-    changed, and no more: the change is the progress it waited for). Both results recorded;
+    changed, and no more: the change is the progress it waited for). Both outcomes known:
+    a result recorded, or the call failed (a call retried after a rate limit, its failures
+    raised with no result, until it succeeded: the success is the change it waited for);
     calls with a denied one are a retry of what was refused (``retried_denied_call``), never
     a poll. The last two results cut alike at a length limit (``values.cut_json``) may differ
     past the cut: whether it changed is unknown, so it is taken for the poll it may be, never
@@ -90,12 +92,14 @@ def _poll(run: Sequence[Call], period: int = 1) -> bool:
     if len(run) <= period:
         return False  # one round (``cycle_min_repeats`` 1): no result before to differ from
     last, before = run[-1], run[-1 - period]
-    if last.step.result is None or before.step.result is None:
-        return False  # unknown: not a change
     if any(c.step.decision == "deny" for c in run):
         return False
-    return (last.step.result, last.failed) != (before.step.result, before.failed) \
-        or cut_json(last.step.result)
+    if last.failed != before.failed:  # failed, then not (or the reverse): a known change
+        return (last.failed or last.step.result is not None) \
+            and (before.failed or before.step.result is not None)
+    if last.step.result is None or before.step.result is None:
+        return False  # unknown: not a change
+    return last.step.result != before.step.result or cut_json(last.step.result)
 
 
 def polled(cs: Sequence[Call], cfg: LoopConfig) -> set[int]:
