@@ -147,3 +147,36 @@ def test_results_cut_at_a_length_limit_are_not_nothing_new() -> None:
     steps = [search(q, (head + json.dumps(r))[:64]) for q, r in zip(VIDEO, NEW_RESULTS,
                                                                        strict=False)]
     assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == []
+
+
+LONG_QUERY = ("tickets that mention a failed payment, a declined card, a refund the customer "
+              "never received, or a duplicate charge on the statement, for customers on the "
+              "enterprise plan in the European region opened after the billing migration, ")
+
+
+def _ticket_page(query: str, page: int, filler: int) -> Step:
+    """One page of a ticket search: the same query (its text repeated ``filler`` times), the
+    page's offset, and that page's tickets (alike in form, each page its own)."""
+    tickets = [{"ticket": f"T-{1000 + 3 * page + i}", "status": "open", "priority": "high"}
+               for i in range(3)]
+    return tool("search_tickets", {"query": query * filler, "start": 3 * page},
+                json.dumps(tickets))
+
+
+@pytest.mark.parametrize("filler", [1, 3], ids=["short_query", "query_past_the_text_limit"])
+def test_pages_of_one_long_query_are_no_rewording(filler: int) -> None:
+    """Paginating: the same query, its offset changed, each page new tickets. A changed
+    identifier is another request (rule (f)), also after a query longer than the text the
+    rule reads (``MAX_ARGUMENT_CHARS``): the offset read after it still tells the pages apart,
+    never taken for equal because it was not read."""
+    assert len(LONG_QUERY * 3) > MAX_ARGUMENT_CHARS
+    steps = [_ticket_page(LONG_QUERY, page, filler) for page in range(4)]
+    assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == []
+
+
+def test_a_call_with_values_past_the_bound_is_no_rewording() -> None:
+    """A call whose values are not all read (past ``MAX_VALUES``) has identifiers known only
+    in part: the unread ones may differ, so it is never the same request reworded."""
+    filters = [f"region {n} and more" for n in range(70)]
+    steps = [tool("search_tickets", {"a": filters, "z_page": page}, "[]") for page in range(4)]
+    assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == []

@@ -49,24 +49,36 @@ def request(arguments: Any) -> tuple[tuple[str, ...], str]:
     identifiers, compared exactly (a changed one is a different
     request); longer values (a query, a question, a task) are joined, lowercased and
     whitespace-collapsed, as the text that may be reworded. At most ``MAX_VALUES`` values
-    and ``MAX_ARGUMENT_CHARS`` characters of text."""
+    and ``MAX_ARGUMENT_CHARS`` characters of text (identifiers are read past a long text:
+    ``_read``)."""
+    ids, text, _ = _read(arguments)
+    return ids, text
+
+
+def _read(arguments: Any) -> tuple[tuple[str, ...], str, bool]:
+    """``request``'s (identifiers, text), and whether every value was read: the walk ends
+    at ``MAX_VALUES`` values, and the text at ``MAX_ARGUMENT_CHARS`` characters, but the
+    identifiers after a long text are still read (a long query and the page it asks for:
+    the next page is another request). Values left unread are unknown: such a call's
+    identifiers are known only in part."""
     ids: list[str] = []
     words: list[str] = []
-    size, stack = 0, [arguments]
-    while stack and len(ids) + len(words) < MAX_VALUES and size < MAX_ARGUMENT_CHARS:
+    size, values, stack = 0, 0, [arguments]
+    while stack and values < MAX_VALUES:
         item = stack.pop()
         if isinstance(item, Mapping):
             stack.extend(item[k] for k in sorted(item, key=str, reverse=True))
         elif isinstance(item, list | tuple):
             stack.extend(reversed(item))
         elif item is not None:
+            values += 1
             value = " ".join(str(item)[:MAX_ARGUMENT_CHARS * 2].lower().split())
             if word_count(value) < 3:
                 ids.append(value)
-            else:
+            elif size < MAX_ARGUMENT_CHARS:  # past it: a rewording shows in what came first
                 words.append(value)
                 size += len(value) + 1
-    return tuple(ids), " ".join(words)[:MAX_ARGUMENT_CHARS]
+    return tuple(ids), " ".join(words)[:MAX_ARGUMENT_CHARS], not stack
 
 
 def trigrams(text: str) -> frozenset[str]:
@@ -85,17 +97,20 @@ class _Texts:
 
     def __init__(self, cs: Sequence[Call]) -> None:
         self.cs = cs
-        self.args: dict[int, tuple[tuple[str, ...], frozenset[str]]] = {}
+        self.args: dict[int, tuple[tuple[str, ...], frozenset[str]] | None] = {}
 
-    def argument(self, i: int) -> tuple[tuple[str, ...], frozenset[str]]:
+    def argument(self, i: int) -> tuple[tuple[str, ...], frozenset[str]] | None:
+        """None when the call's values were not all read (``_read``): unknown."""
         if i not in self.args:
-            ids, text = request(self.cs[i].step.arguments)
-            self.args[i] = ids, trigrams(text)
+            ids, text, whole = _read(self.cs[i].step.arguments)
+            self.args[i] = (ids, trigrams(text)) if whole else None
         return self.args[i]
 
     def reworded(self, j: int, i: int, threshold: float) -> bool:
-        (ids_j, text_j), (ids_i, text_i) = self.argument(j), self.argument(i)
-        return ids_j == ids_i and jaccard(text_j, text_i) >= threshold
+        earlier, later = self.argument(j), self.argument(i)
+        if earlier is None or later is None:
+            return False  # identifiers known only in part: unknown, not the same request
+        return earlier[0] == later[0] and jaccard(earlier[1], later[1]) >= threshold
 
 
 def middles(a: str, b: str) -> tuple[str, str]:
