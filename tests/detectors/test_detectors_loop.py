@@ -520,3 +520,23 @@ def test_a_call_retried_after_a_rate_limit_until_it_succeeded_is_no_loop(
         steps.append(_rate_limited(ok))
     steps.append(llm("UA1 and DL2 fly from SFO to JFK."))
     assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == expected
+
+
+@pytest.mark.parametrize(("between", "expected"), [
+    ('find . -name "*.pyc" -delete', []),
+    ("find django -name '*.py' -exec sed -i 's/old_name/new_name/g' {} +", []),
+    ("sed -n -i '12p' django/db/models/query.py", []),
+    ('find . -name "*.pyc"', ["loop/no_progress"]),
+    ("find django -name '*.py' -exec grep -l old_name {} +", ["loop/no_progress"]),
+    ("sed -n '12p' django/db/models/query.py", ["loop/no_progress"]),
+], ids=["find_delete", "find_exec_sed_in_place", "sed_n_in_place", "find", "find_exec_grep",
+        "sed_n"])
+def test_a_command_run_again_after_find_or_sed_changed_files_is_no_loop(
+        between: str, expected: list[str]) -> None:
+    """A SWE agent runs its reproduction script, deletes the stale .pyc files (or edits with
+    ``find -exec sed -i``, ``sed -n -i``) and runs it again (SWE-bench django-16100): the
+    command between changed state, so the same output again is no repeat without progress
+    (b). ``find`` and ``sed -n`` only read without those options: then it is one."""
+    run = bash("python -u reproduce_issue.py", "<returncode>0</returncode>\n<output>1 row\n")
+    steps = [run, bash(between, "<returncode>0</returncode>\n<output>\n</output>"), run]
+    assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == expected

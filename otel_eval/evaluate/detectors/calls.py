@@ -30,6 +30,12 @@ from otel_eval.evaluate.trajectory.shell import shell_commands
 _COMMAND_SEPARATORS = re.compile(r"&&|\|\||;|\|")
 _ACTION_KEYS = ("command", "code", "cmd", "script", "input")
 _PYTHON_TOOL = re.compile(r"python|code", re.IGNORECASE)  # action tools that run Python
+# ``find`` options that write (delete what it finds, write a list to a file), and those that
+# run a command on what it finds (read-only when that command is: ``-exec grep``, not
+# ``-exec sed -i``); ``sed`` edits in place with ``-i`` (``sed -n -i``, ``-i.bak``).
+_FIND_WRITES = frozenset({"-delete", "-fprint", "-fprint0", "-fprintf", "-fls"})
+_FIND_RUNS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+_FIND_RUN_ENDS = frozenset({";", "\\;", "+"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,13 +131,49 @@ def _is_read_only(name: str, text: str | None, loop: LoopConfig) -> bool:
         commands, writes, problem = shell_commands(text)
         if problem is None:
             return bool(commands) and not writes and all(
-                _starts_with_one(" ".join(argv), loop.read_only_commands) for argv in commands)
+                _starts_with_one(" ".join(argv), loop.read_only_commands)
+                and not _writing(argv, loop.read_only_commands) for argv in commands)
     cmd = norm_ws(text)
     # A pipeline or command list is read-only only if every part is; writes via `>`.
     if ">" in cmd.replace("2>&1", "").replace(">/dev/null", ""):
         return False
     parts = [p.strip() for p in _COMMAND_SEPARATORS.split(cmd) if p.strip()]
-    return bool(parts) and all(_starts_with_one(p, loop.read_only_commands) for p in parts)
+    return bool(parts) and all(_starts_with_one(p, loop.read_only_commands)
+                               and not _writing(p.split(), loop.read_only_commands)
+                               for p in parts)
+
+
+def _writing(argv: list[str], commands: tuple[str, ...]) -> bool:
+    """Whether a command's options make it write or run a command that does not only read
+    (``find -delete``, ``find -exec sed -i``, ``sed -i``; ``find -exec grep`` only reads:
+    ``commands``, the read-only ones), in one pass over its words."""
+    if not argv or argv[0] not in ("find", "sed"):
+        return False
+    if argv[0] == "sed":
+        return any(_in_place(word) for word in argv[1:])
+    n = 1
+    while n < len(argv):
+        if argv[n] in _FIND_WRITES:
+            return True
+        if argv[n] in _FIND_RUNS:
+            end = n + 1
+            while end < len(argv) and argv[end] not in _FIND_RUN_ENDS:
+                end += 1
+            run = argv[n + 1:end]
+            if not run or run[0] == "find" \
+                    or not _starts_with_one(" ".join(run), commands) \
+                    or (run[0] == "sed" and any(_in_place(word) for word in run[1:])):
+                return True  # a find it runs is not read (one pass): taken to write
+            n = end
+        n += 1
+    return False
+
+
+def _in_place(word: str) -> bool:
+    """A ``sed`` option editing in place: ``-i``, ``-i.bak``, ``-ni``, ``--in-place[=..]``."""
+    if word.startswith("--"):
+        return word == "--in-place" or word.startswith("--in-place=")
+    return word.startswith("-") and "i" in word
 
 
 @lru_cache(maxsize=16)
