@@ -144,6 +144,33 @@ def test_a_status_asked_for_in_each_turn_until_it_changed_is_no_session_loop(
     assert [f["kind"] for f in record["findings"]] == expected
 
 
+@pytest.mark.parametrize(("failed", "expected"), [
+    ((True, True, False), []),
+    ((True, True, True), ["repeated_across_turns"]),
+    ((True, False, False), ["repeated_across_turns"]),
+], ids=["succeeded_at_last", "never_succeeded", "after_it_succeeded"])
+def test_a_call_retried_in_each_turn_until_it_succeeded_is_no_session_loop(
+        failed: tuple[bool, ...], expected: list[str]) -> None:
+    """The search fails on a rate limit (raised: its span failed, no result recorded) and
+    the user asks the agent to try again in the next turn, until it succeeds: the last
+    turn's outcome differed from the turn's before, as a status asked for until it changed
+    (loop rule (a)'s poll, across turns), so no session loop. Failing in every turn, or
+    made again after it succeeded, it is still one."""
+    turns = [(f"please search the flights from SFO to JFK again, attempt {n}",
+              [call("search_flights", {"origin": "SFO", "destination": "JFK"}, f"c{n}"),
+               _answer("Here they are.")]) for n in range(len(failed))]
+    stored = evaluated(scripted("conv-retry", KEY, turns))
+    for turn, fail in zip(stored, failed, strict=True):
+        (step,) = (s for s in turn["steps"] if s.get("tool_name") == "search_flights")
+        if fail:
+            step.update(result=None, status="error",
+                        error="RateLimitError: 429 Too Many Requests")
+        else:
+            step["result"] = '[{"flight": "UA1"}, {"flight": "DL2"}]'
+    record = evaluate_session("conv-retry", stored, SessionsConfig(), "complete")
+    assert [f["kind"] for f in record["findings"]] == expected
+
+
 def test_session_turns_budget_and_cut_turns() -> None:
     stored = evaluated(scripted("conv-b", KEY, _same_call_each_turn(
         [{"reservation_id": f"R{n}"} for n in range(3)])))

@@ -10,7 +10,8 @@ config, returning findings that name the turn (``trace_id``) and the step they p
   change (DSPy ReAct's ``finish`` ends every turn); nor one whose arguments the stored turn
   holds cut (``truncated``): known only in part; nor a call whose last turn's result
   differed from the turn's before (a status asked for until it changed, as loop rule (a)'s
-  poll: the earlier turns had not learned it).
+  poll: the earlier turns had not learned it; a call that failed with no result recorded,
+  a rate limit, then succeeded).
 - ``repeated_request`` / ``same_request`` (warning): the user's request (``_request``: the
   turn's input, whitespace and case folded) repeated in ``repeated_request_turns`` or more
   turns: the agent did not help the first time. ``reworded_request`` (warning): the same, with at
@@ -101,25 +102,31 @@ def _calls(turn: dict[str, Any]) -> dict[tuple[str, str], tuple[int, Any]]:
     return out
 
 
-def _returned(step: dict[str, Any]) -> tuple[Any, Any, bool] | None:
-    """A call's result and error, and whether the result is known only in part (cut by the
-    store, ``truncated``, or at an attribute length limit, ``values.cut_json``); None when
-    no result was recorded."""
+def _returned(step: dict[str, Any]) -> tuple[Any, Any, bool, bool] | None:
+    """A call's result and error, whether the result is known only in part (cut by the
+    store, ``truncated``, or at an attribute length limit, ``values.cut_json``), and whether
+    the call failed (its span's status); None when it told nothing: no result recorded, and
+    it did not fail (a call that raised, a rate limit, records its error and no result)."""
     result = step.get("result")
+    failed = step.get("status") == "error"
     if result is None:
-        return None
+        return (None, step.get("error"), False, True) if failed else None
     cut = step.get("truncated")
     return result, step.get("error"), (isinstance(cut, dict) and "result" in cut) \
-        or cut_json(result)
+        or cut_json(result), failed
 
 
-def _changed(before: tuple[Any, Any, bool] | None, last: tuple[Any, Any, bool] | None) -> bool:
+def _changed(before: tuple[Any, Any, bool, bool] | None,
+             last: tuple[Any, Any, bool, bool] | None) -> bool:
     """Whether a call's last turn may have learned something its turn before did not: its
     result differed (a job's status asked for in each turn until it changed, as loop rule
-    (a)'s poll), or both were cut alike (what they said past the cut is unknown). Not when
-    either was unrecorded: unknown, not a change."""
+    (a)'s poll; a call that failed, with no result, then succeeded: a retry after a rate
+    limit), or both were cut alike (what they said past the cut is unknown). Not when either
+    told nothing, nor two failures one of which recorded no result: unknown, not a change."""
     if before is None or last is None:
         return False
+    if before[0] is None or last[0] is None:
+        return before[3] != last[3]  # a failure with no result, and one that did not fail
     return before[:2] != last[:2] or last[2]
 
 
