@@ -540,3 +540,29 @@ def test_a_command_run_again_after_find_or_sed_changed_files_is_no_loop(
     run = bash("python -u reproduce_issue.py", "<returncode>0</returncode>\n<output>1 row\n")
     steps = [run, bash(between, "<returncode>0</returncode>\n<output>\n</output>"), run]
     assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == expected
+
+
+PAGED_QUERY = ("support tickets that mention a failed payment, a declined card, a refund the "
+               "customer never received, or a duplicate charge, for enterprise customers in Europe")
+NEXT_PAGE = "There are more results, so I will fetch the next page of the ticket search."
+
+
+@pytest.mark.parametrize(("pages", "expected"), [
+    ((1, 2, 3, 4, 5), []),
+    ((1, 1, 1, 1, 1), ["loop/repeated_call"]),
+], ids=["next_pages", "the_same_page"])
+def test_paging_through_one_long_query_is_no_stagnation(pages: tuple[int, ...],
+                                                         expected: list[str]) -> None:
+    """An agent pages through the results of one long query, each reply the same sentence and
+    the same call but for the page: the calls differ, so each reply is a new action, no
+    stagnation (d), however few of the reply's words changed (one page number in a long
+    call). The same page asked for each time is still a repeat (its replies' stagnation
+    the same loop seen from the model's side)."""
+    steps = []
+    for page in pages:
+        args = {"query": PAGED_QUERY, "page": page}
+        steps += [llm(NEXT_PAGE, calls=[("search_tickets", args)], finish="tool_calls"),
+                  tool("search_tickets", args,
+                       json.dumps([f"T-{100 * page + i}" for i in range(3)]))]
+    steps.append(llm("I found the tickets."))
+    assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == expected

@@ -11,7 +11,8 @@ a status checked with a fixed wait between, until the status changed (nor are it
 (b)); (d) stagnation, consecutive near-identical LLM outputs (word-level similarity of what
 differs between them, each character of Chinese, Japanese or Thai a word (``base.words``):
 the lines two outputs share, such as a framework's output template, are left out, so six
-DSPy ReAct turns that share the template but call the tool with six cities are not alike); (e)
+DSPy ReAct turns that share the template but call the tool with six cities are not alike, nor
+are outputs that asked for different calls: the next page of one long query is progress); (e)
 code/shell agents are covered by (a)-(c) because their calls are keyed by the canonicalized
 action text; (f) reworded repeats, near-duplicate calls of one tool that brought nothing new
 (``detectors.reworded``); (g) circling, steps whose actions differ only in form and whose
@@ -45,7 +46,7 @@ from otel_eval.evaluate.detectors.calls import (
     calls_for,
     through_code,
 )
-from otel_eval.evaluate.detectors.canonical import canonical_arguments
+from otel_eval.evaluate.detectors.canonical import arguments_key, canonical_arguments
 from otel_eval.evaluate.detectors.circling import circling
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
 from otel_eval.evaluate.detectors.reworded import reworded_repeats
@@ -374,11 +375,17 @@ def _output(step: Step) -> str:
 def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig,
                unknown_at: Sequence[int] = ()) -> list[Finding]:
     """(d) ``stagnation_min_run`` or more consecutive near-identical LLM outputs
-    (``_similar``: compared on what differs between them, not on the lines they share).
+    (``_similar``: compared on what differs between them, not on the lines they share)
+    that asked for the same calls (name and canonical arguments, compared exactly: a call
+    whose arguments changed, the next page of a long query, is progress, not a repeat).
     ``unknown_at``: the ascending indexes of steps of unknown kind; one between two outputs
     may have been an output of its own, so the two are not consecutive."""
     texts = [(s, _output(s)) for s in llm_steps]
     outputs = [t for _, t in texts]
+    # the calls each output asked for, compared exactly: another call (the next page of one
+    # long query) is another action, however alike the words around it
+    acts = [tuple((c.name, arguments_key(c.arguments)) for c in s.tool_calls)
+            for s in llm_steps]
     words = [_words(t.replace("\\n", "\n"))[:_MAX_COMPARE_WORDS] for t in outputs]
     counts: dict[int, Counter[str]] = {}
     out, i = [], 0
@@ -389,6 +396,7 @@ def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig,
             while (j + 1 < len(texts)
                    and bisect_right(unknown_at, texts[j][0].index)
                    == bisect_left(unknown_at, texts[j + 1][0].index)
+                   and acts[j] == acts[j + 1]
                    and _similar(outputs, words, j, cfg.stagnation_similarity, counts)):
                 j += 1
         if j - i + 1 >= cfg.stagnation_min_run:
