@@ -383,9 +383,16 @@ def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig,
     texts = [(s, _output(s)) for s in llm_steps]
     outputs = [t for _, t in texts]
     # the calls each output asked for, compared exactly: another call (the next page of one
-    # long query) is another action, however alike the words around it
-    acts = [tuple((c.name, arguments_key(c.arguments)) for c in s.tool_calls)
-            for s in llm_steps]
+    # long query) is another action, however alike the words around it (read only for
+    # outputs found alike: keying every call is the cost of the rest)
+    acts: dict[int, tuple[tuple[str, str], ...]] = {}
+
+    def act(k: int) -> tuple[tuple[str, str], ...]:
+        if k not in acts:
+            acts[k] = tuple((c.name, arguments_key(c.arguments))
+                            for c in llm_steps[k].tool_calls)
+        return acts[k]
+
     words = [_words(t.replace("\\n", "\n"))[:_MAX_COMPARE_WORDS] for t in outputs]
     counts: dict[int, Counter[str]] = {}
     out, i = [], 0
@@ -396,8 +403,8 @@ def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig,
             while (j + 1 < len(texts)
                    and bisect_right(unknown_at, texts[j][0].index)
                    == bisect_left(unknown_at, texts[j + 1][0].index)
-                   and acts[j] == acts[j + 1]
-                   and _similar(outputs, words, j, cfg.stagnation_similarity, counts)):
+                   and _similar(outputs, words, j, cfg.stagnation_similarity, counts)
+                   and act(j) == act(j + 1)):
                 j += 1
         if j - i + 1 >= cfg.stagnation_min_run:
             run = [s for s, _ in texts[i:j + 1]]
