@@ -69,3 +69,18 @@ def test_an_empty_reply_before_a_tool_call_is_no_empty_answer() -> None:
     assert ev is not None
     assert ev.trajectory.output is None
     assert not [f for f in ev.findings if f.kind == "no_output"]
+
+
+@pytest.mark.parametrize("stack", ["haystack", "openllmetry-crewai"])
+def test_a_retry_whose_asking_llm_span_is_missing_is_no_give_up(stack: str) -> None:
+    """tool_error in stacks whose calls are known only from the LLM's replies, without the
+    LLM span that asked for the retry: the next LLM call's input still holds the retry and
+    its result (by a call id no step carries), so no gave_up (an error that fails the run)."""
+    spans, logs = hung.load(stack, "tool_error")
+    llm = sorted((s for s in spans if s.name in ("OpenAIChatGenerator.run", "openai.chat")),
+                 key=lambda s: s.start_ns)
+    kept = [s for s in spans if s.span_id != llm[1].span_id]
+    ev = Evaluator(Config()).evaluate(Trace("34" * 16, kept, "complete", logs=logs))
+    assert ev is not None
+    assert not [f for f in ev.findings if f.detector == "recovery" and f.severity == "error"]
+    assert ev.verdict.passed

@@ -13,8 +13,12 @@ or a call in it with no name), in a run whose calls are known only from its LLM'
 (rebuilt: no span of their own); so may a call a later LLM step asked for that no span
 shows ran (``never_ran``) when its agent's model was called again after it: its tool span
 may be one a collector sampled out or filtered, and without a call id (or a recorded input)
-no later input tells its result. A failure followed by any of them has no finding but
-``recovered``.
+no later input tells its result. So may a call that a later LLM input of the failed
+call's agent answers after the failed call's answer (by call id) when no step carries that
+id: the LLM span that asked for it was sampled out or filtered, in a run whose calls are
+known only from its LLM's replies (Haystack, OpenLLMetry's CrewAI), and the input of the
+next LLM call still holds the call and its result. A failure followed by any of them has
+no finding but ``recovered``.
 So may a call after the cut of a trace released ``truncated`` (cut at the maximum trace
 duration, or pushed out early: its run went on past its last step here): a failure with no
 success after it there has no finding.
@@ -26,9 +30,10 @@ import dataclasses
 from bisect import bisect_left, bisect_right
 
 from otel_eval.base.results import Finding
-from otel_eval.base.steps import Trajectory
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors.calls import Call, Context, call_label, calls_for, result_failed
 from otel_eval.evaluate.detectors.config import DetectorsConfig, Severity
+from otel_eval.evaluate.trajectory.responses import answered_after
 
 
 def _error(call: Call, config: DetectorsConfig) -> str:
@@ -41,8 +46,9 @@ def _finding(kind: str, severity: Severity, message: str, group: list[Call],
                    [c.step.index for c in group], attributes)
 
 
-def _one(cs: list[Call], i: int, ok_at: int, same_key: list[int], outcome: str | None,
-         config: DetectorsConfig, unknown_after: int) -> tuple[Finding | None, set[int]]:
+def _one(trajectory: Trajectory, cs: list[Call], i: int, ok_at: int, same_key: list[int],
+         outcome: str | None, config: DetectorsConfig, unknown_after: int
+         ) -> tuple[Finding | None, set[int]]:
     """The finding for the failure at ``cs[i]`` (None: unknown) and the retries it accounts
     for. ``ok_at``: the first call after ``i`` that did not fail (``len(cs)``: none);
     ``same_key``: the ascending positions of the calls with ``cs[i]``'s key;
@@ -60,8 +66,8 @@ def _one(cs: list[Call], i: int, ok_at: int, same_key: list[int], outcome: str |
             [failed, cs[ok_at]], {"tool": label, "retries": len(retries),
                                   "by_retry": by_retry, "error": _error(failed, config)},
         ), set(retries)
-    if failed.step.index < unknown_after:  # what came after may have succeeded
-        return None, set(retries)
+    if failed.step.index < unknown_after or _answered_unseen(trajectory, failed.step):
+        return None, set(retries)  # what came after may have succeeded
     attrs: dict[str, object] = {"tool": label, "retries": len(retries),
                                 "error": _error(failed, config)}
     group = [failed, *(cs[j] for j in retries)]
@@ -110,6 +116,24 @@ def _unknown_after(trajectory: Trajectory) -> int:
     return max(last, _unseen_call(trajectory))
 
 
+def _answered_unseen(trajectory: Trajectory, failed: Step) -> bool:
+    """Whether the last LLM input of ``failed``'s agent after it answers, after ``failed``'s
+    call, a call no step carries the id of, without an error flag (module doc). Only asked
+    of a failure nothing seen succeeded after: one parse of one input."""
+    if not failed.call_id:
+        return False
+    last = next((s for s in reversed(trajectory.steps) if s.index <= failed.index
+                 or (s.kind == "llm" and s.node == failed.node and s.input_text)), None)
+    if last is None or last.index <= failed.index or not last.input_text:
+        return False
+    later = answered_after(last.input_text, failed.call_id)
+    if not later:
+        return False
+    known = {s.call_id for s in trajectory.steps if s.call_id}
+    known.update(c.call_id for s in trajectory.steps for c in s.tool_calls if c.call_id)
+    return any(cid not in known and not failed_flag for cid, (_, failed_flag) in later)
+
+
 def _unseen_call(trajectory: Trajectory) -> int:
     """The index of the last LLM step that asked for a call no span shows ran
     (``never_ran``) and after which its agent's model was called again (module doc); -1:
@@ -144,8 +168,8 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
     out, accounted = [], set()
     for i, c in enumerate(cs):
         if c.failed and i not in accounted:
-            finding, retries = _one(cs, i, ok_after[i], by_key[c.key], context.outcome, config,
-                                    unknown_after)
+            finding, retries = _one(trajectory, cs, i, ok_after[i], by_key[c.key],
+                                    context.outcome, config, unknown_after)
             accounted |= retries
             if finding is not None:
                 out.append(finding)

@@ -36,7 +36,7 @@ from otel_eval.base.text import checked
 from otel_eval.evaluate.conventions.messages import message_text, result_part_text, tool_response
 from otel_eval.evaluate.conventions.values import as_str, parse_json
 
-__all__ = ["LOOKAHEAD", "Answer", "ToolResponses"]
+__all__ = ["LOOKAHEAD", "Answer", "ToolResponses", "answered_after"]
 
 LOOKAHEAD = 16  # later LLM steps of the same agent searched for a call's result
 _MAX_ID = 256  # longer "call ids" are not looked up (real ones are < 64 characters)
@@ -152,6 +152,14 @@ def _local(text: str, quoted: str, call_id: str, at: int) -> Any:  # Answer | _M
             break  # the object holding this occurrence is no answer (e.g. the call itself)
         at = text.rfind(quoted, 0, at)
     return _MISS
+
+
+def answered_after(text: str, call_id: str) -> list[tuple[str, Answer]]:
+    """The calls an input answers after its answer to ``call_id`` (in its order; none when it
+    does not answer ``call_id``), from one full parse."""
+    ids = list(_all_responses(text).items())
+    at = next((i for i, (cid, _) in enumerate(ids) if cid == call_id), len(ids))
+    return ids[at + 1:]
 
 
 class ToolResponses:
