@@ -84,3 +84,17 @@ def test_a_retry_whose_asking_llm_span_is_missing_is_no_give_up(stack: str) -> N
     assert ev is not None
     assert not [f for f in ev.findings if f.detector == "recovery" and f.severity == "error"]
     assert ev.verdict.passed
+
+
+def test_a_managed_agent_whose_own_span_is_missing_was_no_call_of_a_tool_not_offered() -> None:
+    """smolagents multi_agent without the managed agent's run span (weather_agent.run): its
+    steps are still in the trace, their parent missing. The coordinator's call of
+    weather_agent may have been that span (smolagents offers managed agents in no tool
+    list): unknown, not a ``selection`` error (a tool that was not offered)."""
+    spans, logs = hung.load("smolagents", "multi_agent")
+    managed = next(s for s in spans if s.name == "weather_agent.run")
+    kept = [s for s in spans if s.span_id != managed.span_id]
+    ev = Evaluator(Config()).evaluate(Trace("56" * 16, kept, "complete", logs=logs))
+    assert ev is not None
+    assert not [f for f in ev.findings if f.kind == "selection"]
+    assert ev.verdict.passed

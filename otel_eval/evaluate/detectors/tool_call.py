@@ -228,18 +228,25 @@ def _unran_selection(trajectory: Trajectory, offered: Mapping[str, Any],
     known, out = trajectory.offered_to, []
     # a call naming an agent of the run ran as that agent's steps (smolagents' managed
     # agents are offered to the model as tools and recorded in no tool list); a later step
-    # of unknown kind may have run it (an agent, a tool: its marker unknown). One pass, no
-    # call per step: this runs for every run with an offer.
+    # of unknown kind may have run it (an agent, a tool: its marker unknown), and so may a
+    # later step whose parent span is not in the trace (sampled out, filtered: the managed
+    # agent's own span, its steps left). Two passes, no call per step: this runs for every
+    # run with an offer.
     agents: set[str | None] = set()
     asking: list[Step] = []
+    ids: set[str] = set()
     last_unknown = -1
     for s in trajectory.steps:
+        ids.add(s.span_id)
         if s.kind == "agent":
             agents.add(s.node)
         elif s.kind == "llm" and s.tool_calls:
             asking.append(s)
         if "kind" in s.unknown:  # ``Step.kind_unknown``, inlined
             last_unknown = s.index
+    for s in trajectory.steps:
+        if s.parent_span_id is not None and s.parent_span_id not in ids:
+            last_unknown = max(last_unknown, s.index)
     for step in asking:
         if (step.node, step.within_unknown) not in known or step.index < last_unknown:
             continue
