@@ -98,3 +98,18 @@ def test_a_managed_agent_whose_own_span_is_missing_was_no_call_of_a_tool_not_off
     assert ev is not None
     assert not [f for f in ev.findings if f.kind == "selection"]
     assert ev.verdict.passed
+
+
+@pytest.mark.parametrize("stack", ["vercel-ai", "vercel-ai-openinference"])
+def test_a_failed_call_whose_tool_span_is_missing_is_still_a_failure(stack: str) -> None:
+    """tool_error without the failed call's ai.toolCall span: the next LLM call's input says
+    it failed (an AI SDK tool-result whose output is ``error-text``), so the rebuilt call is
+    a failure the run recovered from, and the root's copy of its error is no root_error."""
+    spans, logs = hung.load(stack, "tool_error")
+    failed = min((s for s in spans if s.name == "ai.toolCall"), key=lambda s: s.start_ns)
+    kept = [s for s in spans if s.span_id != failed.span_id]
+    ev = Evaluator(Config()).evaluate(Trace("78" * 16, kept, "complete", logs=logs))
+    assert ev is not None
+    assert {f.kind for f in ev.findings if f.detector == "recovery"} == {"recovered"}
+    assert not [f for f in ev.findings if f.kind == "root_error"]
+    assert ev.verdict.passed

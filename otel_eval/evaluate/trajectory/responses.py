@@ -5,7 +5,8 @@ is the tool message with the same call id in the input of a later LLM step of th
 (OpenAI ``{"role": "tool", "tool_call_id": ...}``, a GenAI ``tool_call_response`` part, or a
 result part of another API: Anthropic's ``tool_result`` (``tool_use_id``; ``is_error``), the
 Responses API's ``function_call_output`` item (``call_id``), the AI SDK's ``tool-result``
-(``toolCallId``), Bedrock Converse's ``toolResult`` (``toolUseId``; ``status: error``)).
+(``toolCallId``; an ``error-text`` or ``error-json`` output), Bedrock Converse's
+``toolResult`` (``toolUseId``; ``status: error``)).
 
 Promise: linear in the bytes of the trace, whatever the number of calls and LLM steps.
 Agents resend the whole conversation on every LLM call, so input *i* holds ~i messages and a
@@ -78,14 +79,22 @@ def _part_id(part: dict[str, Any]) -> Any:
     return inner.get("toolUseId") if isinstance(inner, dict) else None
 
 
+# The AI SDK's tool-result ``output`` types of a failed call (``createToolModelOutput``'s
+# error modes: the tool threw, or its input was invalid).
+_AI_SDK_ERRORS = ("error-text", "error-json")
+
+
 def _part_answer(part: dict[str, Any]) -> Answer:
     """A result part's text and whether its API flagged it failed (Anthropic's ``is_error``,
-    Bedrock's ``status: error``)."""
+    Bedrock's ``status: error``, the AI SDK's ``output`` of type ``error-text`` or
+    ``error-json``, and its earlier ``isError``)."""
     if part.get("type") == "tool_call_response":
         return tool_response(part), False
     inner = part.get("toolResult")
-    failed = part.get("is_error") is True or (
-        isinstance(inner, dict) and inner.get("status") == "error")
+    output = part.get("output")
+    failed = part.get("is_error") is True or part.get("isError") is True or (
+        isinstance(inner, dict) and inner.get("status") == "error") or (
+        isinstance(output, dict) and output.get("type") in _AI_SDK_ERRORS)
     return result_part_text(part), failed
 
 
