@@ -202,3 +202,32 @@ def test_a_name_stamped_on_a_remote_agents_spans_is_not_the_runs_agent() -> None
     ]
     t = build_trajectory(Trace(TRACE_ID, spans, "incomplete"), TrajectoryConfig())
     assert (t.service, t.agent, t.agent_source) == ("orch", None, "unknown")
+
+
+def test_a_called_services_entry_its_client_span_lost_goes_where_it_ran() -> None:
+    """The agent called a search service (its client span filtered out by the collector);
+    the service's entry span (parent flagged remote) and the failed call under it ran
+    before the agent's own successful lookup. They were put after the whole run, so the
+    failed search read as the run's last call (recovery: gave_up, the run failed). Inside
+    the root's time, they go where they ran, as an orphan does."""
+    orch, svc = {"service.name": "orch"}, {"service.name": "search-svc"}
+
+    def tool(name: str, key: str, parent: str, start: int, end: int, resource: dict[str, str],
+             status: str = "ok") -> Span:
+        return Span(TRACE_ID, sid(key), sid(parent), f"execute_tool {name}", start, end,
+                    attributes={"gen_ai.operation.name": "execute_tool",
+                                "gen_ai.tool.name": name}, status=status, resource=resource)
+
+    spans = [
+        Span(TRACE_ID, sid("root"), None, "invoke_agent orchestrator", T, T + 10 * S,
+             attributes={"gen_ai.operation.name": "invoke_agent",
+                         "gen_ai.agent.name": "orchestrator"}, resource=orch),
+        Span(TRACE_ID, sid("served"), sid("client"), "POST /search", T + S, T + 3 * S,
+             kind="server", resource=svc, parent_remote=True),
+        tool("search", "search", "served", T + S + 1, T + 2 * S, svc, "error"),
+        tool("lookup", "lookup", "root", T + 4 * S, T + 5 * S, orch),
+    ]
+    t = build_trajectory(Trace(TRACE_ID, spans, "complete"), TrajectoryConfig())
+    assert [s.span_id for s in t.steps] == [sid(k) for k in ("root", "served", "search",
+                                                              "lookup")]
+    assert (t.service, t.agent) == ("orch", "orchestrator")

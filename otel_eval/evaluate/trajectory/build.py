@@ -4,10 +4,10 @@ Each span is read into a step (``StepBuilder``, with the readers of ``convention
 passes run over the steps in the one order of ``passes.PASSES``; the run's agent, input and
 output are read last. Promises:
 - every span of the trace appears exactly once as a step, with its own span id, in tree
-  order: depth first, siblings by start time; a span whose parent is missing (an orphan)
-  goes under the innermost span of the root tree whose time encloses it (where it ran),
-  else follows the root tree at top level in start order; spans caught in a parent cycle
-  follow those;
+  order: depth first, siblings by start time; a span whose parent is missing (an orphan,
+  or a called service's entry whose client span was lost) goes under the innermost span of
+  the root tree whose time encloses it (where it ran), else follows the root tree at top
+  level in start order; spans caught in a parent cycle follow those;
 - spans repeating an earlier span id are dropped (the first one received is kept);
 - each step is classified by the convention cascade in ``otel_eval.evaluate.conventions``, its
   fields read from every convention on its span (``conventions.fields``: per field, sources
@@ -287,7 +287,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         builder.restamp(order, outside)
     name, source = _agent_name(builder, agent)
     # the run's LLM calls: not a called service's whose client span is not in the trace (its
-    # place in the run unknown, its steps follow the run's tree: its last reply no answer)
+    # place in the run only guessed from its own clock: its last reply no answer)
     llm = [s for s in builder.steps if s.kind == "llm" and s.span_id not in detached]
     # the run's own messages: its agent's, then its root's; a workflow root's first (the
     # GenAI conventions' ``invoke_workflow``: the workflow's input and output, where its
@@ -343,8 +343,8 @@ def _left_out(order: list[tuple[Span, int]], spans: list[Span], steps: list[Step
 
     ``detached``: under an entry of another service than the run's (``model.run_span``'s)
     whose parent is upstream (flagged remote, not in the trace), the entry's included: a
-    called service's spans whose client span was lost, put after the run's tree
-    (``tree_order``) for want of their place in it. Entries of the run's own service (the
+    called service's spans whose client span was lost, put where their own clock says they
+    ran (``tree_order``), their place in the run only guessed. Entries of the run's own service (the
     run called from upstream: a framework's spans under one remote parent) are the run's.
 
     ``outside``: ``detached`` and the spans under a call of a remote agent (an agent span of

@@ -8,7 +8,9 @@ output). Promises (the module docstring of ``build`` gives them for the whole st
 - spans repeating an earlier span id are dropped (the first one received is kept);
 - tree order: depth first, siblings by start time; a span whose parent is in the trace is
   under it, its parent remote (OTLP span flags) or not; entries (no parent, or a remote one
-  not in the trace) are the top level, those with no parent first; an orphan (its parent
+  not in the trace) are the top level, those with no parent first, but for an entry of
+  another service than the first entry's (a called service whose client span was lost),
+  which goes where it ran as an orphan does (``_place_called``); an orphan (its parent
   absent, not flagged remote: a span a collector's filter or sampler dropped, or one not
   yet come) goes where it ran, under the innermost span of that tree whose time encloses
   its own (``_adopt``: the steps stay in the order they ran, so no later step is taken for
@@ -135,6 +137,22 @@ def _adopt(orphans: list[Span], tops: list[Span], children: dict[str, list[Span]
     return left
 
 
+def _place_called(tops: list[Span], children: dict[str, list[Span]]) -> list[Span]:
+    """``tops`` (sorted) without the entries of another service than the first's (a called
+    service's, its client span lost) that a span of the others encloses: those go where they
+    ran (``_adopt``), as an orphan does; an entry of the first's service is a span of the run
+    called from upstream, a sibling, not a call inside it."""
+    service = tops[0].resource.get("service.name")
+    called = [s for s in tops[1:] if s.parent_span_id is not None
+              and s.resource.get("service.name") != service]
+    if not called:
+        return tops
+    placed = {s.span_id for s in called}
+    own = [s for s in tops if s.span_id not in placed]
+    placed -= {s.span_id for s in _adopt(called, own, children)}
+    return [s for s in tops if s.span_id not in placed]
+
+
 def tree_order(spans: list[Span]) -> list[tuple[Span, int]]:
     """(span, depth) for unique-id ``spans`` in tree order (see module docstring)."""
     ids = {s.span_id for s in spans}
@@ -158,6 +176,8 @@ def tree_order(spans: list[Span]) -> list[tuple[Span, int]]:
     # a span with no parent before an entry from upstream (``model.local_root``): one
     # starting first says only that its service's clock is behind
     tops.sort(key=lambda s: (s.parent_span_id is not None, s.start_ns))
+    if len(tops) > 1:
+        tops = _place_called(tops, children)
     orphans = _adopt(orphans, tops, children)
     orphans.sort(key=_start)
     out: list[tuple[Span, int]] = []
