@@ -24,7 +24,7 @@ dashboard's issues table shows it), trace_id a 32-hex trace id (its exemplar lin
     otel_eval_issues_annotations_skipped_total{reason}  max_annotations | grafana_unreachable
     otel_eval_issues_naming_deferred_total              new issues left unnamed by a run's
                                                         issues.naming_deadline_s (named later)
-    otel_eval_issues_last_run_timestamp_seconds         end of the last successful run
+    otel_eval_issues_last_run_timestamp_seconds         start of the last successful run
     otel_eval_issues_last_run_duration_seconds
     otel_eval_issues_interval_seconds                   issues.interval_s in force (absent
                                                         when 0, off; OtelEvalIssuesJobStale
@@ -147,7 +147,7 @@ def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: M
     deferred.add_metric([], float(naming_deferred), created=created)
     yield from (runs_total, posted, not_posted, deferred)
     stamp = GaugeMetricFamily("otel_eval_issues_last_run_timestamp_seconds", "Unix time of the "
-                              "last successful issue clustering run")
+                              "start of the last successful issue clustering run")
     duration = GaugeMetricFamily("otel_eval_issues_last_run_duration_seconds", "Duration of "
                                  "the last successful issue clustering run")
     every = GaugeMetricFamily("otel_eval_issues_interval_seconds", "Seconds between issue "

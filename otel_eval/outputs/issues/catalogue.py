@@ -40,7 +40,7 @@ Centroid = dict[str, float]
 
 _KEEP_FEATURES = 512  # largest-weight features stored per centroid (MiniLM has 384)
 _BLOCK_ROWS = 256  # centroids compared with every stored issue at once (cosine_blocks)
-# Clustering runs of share history kept per issue: two days at the default hourly interval.
+# Clustering runs of share history kept per issue: four hours at the default 300 s interval.
 HISTORY_RUNS = 48
 _IDS_PER_QUERY = 500
 _PRUNE = ("DELETE FROM issue_shares WHERE (issue_id, at) IN (SELECT issue_id, at FROM"
