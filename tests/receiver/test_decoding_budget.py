@@ -91,7 +91,8 @@ def test_an_otlp_json_request_is_charged_to_the_budget(tmp_path: Path) -> None:
     logs = body.replace(b"Spans", b"Logs").replace(b'"spans"', b'"logRecords"')
     assert DecodeBudget(1 << 30).cost(body) < len(body) * 4  # no protobuf: not counted so
     assert json_cost(body) >= 2000 * 1024
-    with running_service(tmp_path, **{"receiver.max_decoding_bytes": 1 << 20}) as h:
+    with running_service(tmp_path, **{"receiver.max_message_bytes": 1 << 18,
+                                      "receiver.max_decoding_bytes": 1 << 20}) as h:
         assert _post(h.http_url, body, "application/json")[0] == 413
         assert _post(h.http_url.replace("/v1/traces", "/v1/logs"), logs,
                      "application/json")[0] == 413
