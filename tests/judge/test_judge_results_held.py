@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from judge_fake_llm import FakeLLM, good
 from judge_fixtures import combined_reply, config, evaluation
 from prometheus_client import CollectorRegistry
 from support.poll import poll
+from support.producers import RecordingProducer
 
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.kafka.config import KafkaConfig
@@ -30,31 +30,10 @@ from otel_eval.store import SqliteStore
 from otel_eval.telemetry.metrics import Metrics
 
 
-class _Producer:
-    """Records what it is sent; ``deliver``: each delivery known at once, else never."""
-
-    def __init__(self, deliver: bool) -> None:
-        self.deliver = deliver
-        self.records: list[tuple[bytes, bytes]] = []
-        self.sent = threading.Event()
-
-    async def send(self, topic: str, value: bytes, key: bytes,
-                   headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[Any]:
-        fut = asyncio.get_running_loop().create_future()
-        self.records.append((key, value))
-        if self.deliver:
-            fut.set_result(None)
-        self.sent.set()
-        return fut
-
-    async def stop(self) -> None:
-        pass
-
-
 class _Process:
     """A serve's judge stage and results topic on the store in ``path``."""
 
-    def __init__(self, path: str, api_base: str, producer: _Producer) -> None:
+    def __init__(self, path: str, api_base: str, producer: RecordingProducer) -> None:
         self.producer = producer
         self.stats = KafkaStats()
         self.publisher = ResultsPublisher(KafkaConfig(results_topic="results"), self.stats)
@@ -89,7 +68,7 @@ def test_a_judged_record_lost_to_a_kill_is_published_again_at_the_next_start(
     llm.route = lambda body: good(combined_reply([0, 1, 2, 3, 4, 5]))
     path = str(tmp_path / "s.db")
     ev = evaluation(trace_id="d7" * 16)
-    first = _Process(path, llm.api_base, _Producer(deliver=False))
+    first = _Process(path, llm.api_base, RecordingProducer(deliver=False))
     first.store.put_many([ev])
     first.stage.start()
     first.stage.export(Trace(ev.trace_id, [], "complete"), ev)
@@ -101,7 +80,7 @@ def test_a_judged_record_lost_to_a_kill_is_published_again_at_the_next_start(
     assert [e[0] for e in PendingJournal(path).open().pending()] == [ev.trace_id]
     first.kill()
 
-    second = _Process(path, llm.api_base, _Producer(deliver=True))
+    second = _Process(path, llm.api_base, RecordingProducer(deliver=True))
     try:
         second.stage.start()  # before any new work: what the dead process left
         second.loop.run(second.publisher.shutdown(5.0))  # sends what was handed over

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CollectorRegistry
+from support.producers import RecordingProducer
 
 from otel_eval.app.config import Config, replace
 from otel_eval.assemble.engine import Engine
@@ -34,27 +33,6 @@ T = "7c" * 16
 GRACE = 5.0
 
 
-class _Producer:
-    """Records what it is sent; ``deliver``: each delivery known at once, else never."""
-
-    def __init__(self, deliver: bool) -> None:
-        self.deliver = deliver
-        self.records: list[tuple[bytes, bytes]] = []
-        self.sent = threading.Event()
-
-    async def send(self, topic: str, value: bytes, key: bytes,
-                   headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[Any]:
-        fut = asyncio.get_running_loop().create_future()
-        self.records.append((key, value))
-        if self.deliver:
-            fut.set_result(None)
-        self.sent.set()
-        return fut
-
-    async def stop(self) -> None:
-        pass
-
-
 def _run() -> list[Span]:
     root = Span(T, "1" * 16, None, "invoke_agent", 1, 100,
                 attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"})
@@ -66,7 +44,7 @@ def _run() -> list[Span]:
 class _Process:
     """One serve's engine with a results topic, on the store and spool in ``tmp``."""
 
-    def __init__(self, tmp: Path, producer: _Producer) -> None:
+    def __init__(self, tmp: Path, producer: RecordingProducer) -> None:
         self.now = 1000.0
         metrics = Metrics(CollectorRegistry())
         cfg = replace(Config(), **{"assembly.grace_s": GRACE})
@@ -84,7 +62,7 @@ class _Process:
                              stored=self.store.get_stamped)
         self.engine.replay()
 
-    async def _start(self, producer: _Producer) -> None:
+    async def _start(self, producer: RecordingProducer) -> None:
         self.publisher._loop = asyncio.get_running_loop()
         self.publisher._producer = producer  # type: ignore[assignment]
         self.publisher._task = asyncio.create_task(self.publisher._run())
@@ -103,7 +81,7 @@ class _Process:
 
 def test_a_results_record_lost_to_a_kill_is_published_again_by_the_replay(
         tmp_path: Path) -> None:
-    lost = _Producer(deliver=False)
+    lost = RecordingProducer(deliver=False)
     first = _Process(tmp_path, lost)
     spans = _run()
     first.engine.submit(spans, request=encode_spans(spans).SerializeToString())
@@ -113,7 +91,7 @@ def test_a_results_record_lost_to_a_kill_is_published_again_by_the_replay(
     assert first.spool.held()[0] == 1  # its request: kept until the record is delivered
     first.kill()
 
-    delivered = _Producer(deliver=True)
+    delivered = RecordingProducer(deliver=True)
     second = _Process(tmp_path, delivered)
     assert second.advance() == 1  # already evaluated: sent again, not evaluated again
     second.loop.run(second.publisher.shutdown(5.0))

@@ -1153,6 +1153,25 @@ def test_a_completion_whose_answer_was_lost_is_stored_and_said_so(
         store.close()
 
 
+def _answer_lost_once(store: Any, name: str) -> None:
+    """The next statement ``name`` of ``store``'s session SQL is committed on the server and
+    its answer lost with the connection (a restart or failover at the commit), once."""
+    import psycopg
+
+    real, sql = store._session_exec, store._session_sql[name]
+
+    def lossy(statement: str, args: Any) -> tuple[list[Any], int]:
+        done = real(statement, args)  # committed on the server
+        if statement == sql:  # ... and the answer lost with the connection
+            store._session_exec = real
+            assert store._conn is not None
+            store._conn.close()
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return done
+
+    store._session_exec = lossy
+
+
 def _end_sessions(url: str) -> None:
     """The server ends every otel-eval session (a restart, a failover, an idle kill)."""
     import psycopg
@@ -1230,7 +1249,6 @@ def test_session_events_are_leased_and_cleared_across_a_lost_connection(
     connection, and a lease whose answer was lost is found held with this very lease: both
     say so. Before, both raised: the delivered event was still owed and sent again after
     the lease (twice), and the leased one, held by nobody, waited another lease (late)."""
-    import psycopg
 
     from otel_eval.store import postgresql
 
@@ -1246,18 +1264,7 @@ def test_session_events_are_leased_and_cleared_across_a_lost_connection(
             _key("leased"), _key("dropped")]
         _end_sessions(postgresql_url)
         assert store.lease_session_events(_key("dropped"), 1, T0 + 100, T0 + 500)
-        real, lease = store._session_exec, store._session_sql["events_lease"]
-
-        def lossy(statement: str, args: Any) -> tuple[list[Any], int]:
-            done = real(statement, args)  # committed on the server
-            if statement == lease:  # ... and the answer lost with the connection
-                store._session_exec = real  # type: ignore[method-assign]
-                assert store._conn is not None
-                store._conn.close()
-                raise psycopg.OperationalError("server closed the connection unexpectedly")
-            return done
-
-        store._session_exec = lossy  # type: ignore[method-assign]
+        _answer_lost_once(store, "events_lease")
         assert store.lease_session_events(_key("leased"), 1, T0 + 100, T0 + 500)
         assert store.session_events_due(T0 + 499, 10) == []  # both held until T0 + 500
         assert not store.lease_session_events(_key("leased"), 1, T0 + 100, T0 + 600)
@@ -1273,7 +1280,6 @@ def test_a_session_claim_whose_answer_was_lost_is_held_and_said_so(
     token: both say so (True), and the job completes the session now. Before, both raised:
     the session, claimed by nobody, was completed only once the claim had timed out
     (``sessions.claim_timeout_s``, 5 minutes)."""
-    import psycopg
 
     from otel_eval.store import postgresql
 
@@ -1282,18 +1288,7 @@ def test_a_session_claim_whose_answer_was_lost_is_held_and_said_so(
         store.put_many([_turn(1, "dropped", T0 + 1), _turn(2, "lost", T0 + 2)])
         _end_sessions(postgresql_url)
         assert store.claim_session(_key("dropped"), T0 + 1, "job:1", T0 + 10, 0)
-        real, claim = store._session_exec, store._session_sql["claim"]
-
-        def lossy(statement: str, args: Any) -> tuple[list[Any], int]:
-            done = real(statement, args)  # committed on the server
-            if statement == claim:  # ... and the answer lost with the connection
-                store._session_exec = real  # type: ignore[method-assign]
-                assert store._conn is not None
-                store._conn.close()
-                raise psycopg.OperationalError("server closed the connection unexpectedly")
-            return done
-
-        store._session_exec = lossy  # type: ignore[method-assign]
+        _answer_lost_once(store, "claim")
         assert store.claim_session(_key("lost"), T0 + 2, "job:2", T0 + 10, 0)
         assert not store.claim_session(_key("lost"), T0 + 2, "job:3", T0 + 10, 0)
         assert store.complete_session(_key("lost"), "job:2", {"n": 2}, T0 + 11)
