@@ -473,7 +473,13 @@ class PostgresStore(KeptSessions):
         self._remembered += 1
         whole = (self._remembered - 1) % AGENT_HISTORY_PRUNE_EVERY == 0
         services = sorted({r[0] for r in rows})
-        return self._retrying(lambda conn: _remember(conn, rows, services, now, whole))
+        attempt = _Remembering()
+
+        def work(conn: psycopg.Connection[Any]) -> dict[str, int]:
+            if attempt.committed(conn):  # its answer lost: a retry would delete nothing
+                return attempt.deleted
+            return _remember(conn, rows, services, now, whole, attempt)
+        return self._retrying(work)
 
     def recall_agent(self, service: str, fingerprints: Sequence[str]) -> str | None:
         fps = list(fingerprints)
@@ -608,10 +614,34 @@ def _execute(conn: psycopg.Connection[Any], statement: str,
     return (cur.fetchall() if cur.description else []), cur.rowcount
 
 
+class _Remembering:
+    """A ``remember_agents`` transaction's id and the rows it deleted, taken before its
+    commit. The server may commit it and the connection be lost before the answer comes
+    back (a restart, a failover): tried again on a new connection, the batch deletes nothing
+    more, and its evictions went uncounted (``otel_eval_agent_history_evicted_total``). The
+    retry asks the server first (``txid_status``, meant for a commit whose answer was lost):
+    committed, these are the batch's evictions; aborted (or still in progress: it is done
+    again, and waits for the first on its rows), the batch is written again and counts its
+    own."""
+
+    def __init__(self) -> None:
+        self.xid: int | None = None
+        self.deleted: dict[str, int] = {}
+
+    def committed(self, conn: psycopg.Connection[Any]) -> bool:
+        if self.xid is None:
+            return False
+        row = conn.execute("SELECT txid_status(%s)", (self.xid,)).fetchone()
+        return row is not None and row[0] == "committed"
+
+
 def _remember(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]], services: list[str],
-              now: int, whole: bool) -> dict[str, int]:
+              now: int, whole: bool, attempt: _Remembering) -> dict[str, int]:
     with conn.transaction(), conn.cursor() as cur:
         cur.executemany("INSERT INTO agent_history VALUES (%s, %s, %s, %s) ON CONFLICT "
                         "(service, fingerprint, agent) DO UPDATE SET seen_ns = "
                         "GREATEST(agent_history.seen_ns, excluded.seen_ns)", rows)
-        return prune_history(cur, "%s", "ctid", services, now, whole, AGENT_HISTORY_ROWS)
+        deleted = prune_history(cur, "%s", "ctid", services, now, whole, AGENT_HISTORY_ROWS)
+        row = cur.execute("SELECT txid_current()").fetchone()
+        attempt.xid, attempt.deleted = (None if row is None else int(row[0])), deleted
+    return deleted

@@ -6,6 +6,7 @@ the span content (per service, in all, by age)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from support.clock import ManualClock
@@ -244,3 +245,52 @@ def test_a_quiet_one_agent_service_is_recalled_until_the_services_outnumber_the_
             assert store.recall_agent("quiet", ["system:q", "service"]) == "solo"
     assert _rows(store) == 50 and _rows(store, "quiet") == 0  # 51 services
     assert store.recall_agent("quiet", ["system:q", "service"]) is None
+
+
+class _Undone(Exception):
+    """The remembering transaction rolled back (a test's)."""
+
+
+@pytest.mark.postgres
+def test_evictions_whose_answer_was_lost_are_counted_once(
+        postgresql_url: str, clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL only: the server committed a ``remember_agents`` transaction that deleted
+    rows, then the connection was lost before its answer came back (a restart or failover at
+    the commit). Tried again on a new connection, it deletes nothing more; the first
+    attempt's deletions are still the ones counted. Before, it answered {} and
+    ``otel_eval_agent_history_evicted_total`` missed them. One the server did not commit
+    (rolled back, then the connection lost) is done and counted once, not twice."""
+    import psycopg
+
+    from otel_eval.store import postgresql
+
+    monkeypatch.setattr(postgresql, "AGENT_HISTORY_PRUNE_EVERY", 1)
+    real = postgresql._remember
+
+    def committed_then_lost(conn: Any, *args: Any) -> dict[str, int]:
+        monkeypatch.setattr(postgresql, "_remember", real)  # once
+        real(conn, *args)  # committed on the server
+        conn.close()  # ... and the answer lost with the connection
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    def undone_then_lost(conn: Any, *args: Any) -> dict[str, int]:
+        monkeypatch.setattr(postgresql, "_remember", real)  # once
+        try:
+            with conn.transaction():  # the remembering transaction inside this one
+                real(conn, *args)
+                raise _Undone
+        except _Undone:
+            pass  # rolled back: nothing deleted
+        conn.close()
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    store = postgresql.PostgresStore(postgresql_url, clock_ns=clock).open()
+    try:
+        for lost, old in ((committed_then_lost, 3), (undone_then_lost, 2)):
+            store.remember_agents([("old", "a", tuple(f"steps:{i}" for i in range(old)))])
+            clock.now += store_base.AGENT_HISTORY_MAX_AGE_S * 10**9 + 1
+            monkeypatch.setattr(postgresql, "_remember", lost)
+            assert store.remember_agents([("new", "b", ("service",))]) == {"max_age": old}
+            assert _rows(store, "old") == 0
+    finally:
+        store.close()
