@@ -139,9 +139,12 @@ def connect(url: str, session: SessionLimits | None = None, *,
     """An autocommit connection (transactions are explicit) with a bounded connect wait, its
     statements and lock waits bounded by ``session`` (``statement_timeout``,
     ``lock_timeout``: a timeout is a refused write, ``store.failures``); ``read_only``: every
-    transaction of the session read-only (``default_transaction_read_only``)."""
+    transaction of the session read-only (``default_transaction_read_only``); the server
+    probes the session's socket (``KEEPALIVES``)."""
     conn = psycopg.connect(url, autocommit=True, **_defaults(url))
     try:
+        conn.execute(_PROBED, ([name for name, _ in KEEPALIVES],
+                               [str(value) for _, value in KEEPALIVES]))
         if read_only:
             conn.execute("SET default_transaction_read_only = on")
         if session is not None:
@@ -157,6 +160,22 @@ def connect(url: str, session: SessionLimits | None = None, *,
 # docs/store.md says applies, was ignored)
 _DEFAULTS = (("connect_timeout", "PGCONNECT_TIMEOUT", CONNECT_TIMEOUT_S),
              ("application_name", "PGAPPNAME", "otel-eval"))
+
+
+# How the server probes each session of ours, unless the operator set it (the URL's
+# ``options``, PGOPTIONS, the server's configuration, a role's or database's): a client whose
+# host disappeared (no FIN, no RST: a node lost, a partition) left its session idle on the
+# server until the OS's keepalive time (Linux: 7200 s, then 9 probes 75 s apart), and with it
+# the issues job's advisory lock (outputs/issues/catalogue.py), its row locks and its slot:
+# for 2 h 11 min no worker ran the job, and no instance paged. Now it ends about 2 minutes
+# after the host went (60 s idle, then 6 probes 10 s apart; tcp_user_timeout bounds an answer
+# the server is sending as long, ms). These are the server's GUCs for that session's socket;
+# libpq's keepalives_* act on our end only (a server that went away), not on this.
+KEEPALIVES = (("tcp_keepalives_idle", 60), ("tcp_keepalives_interval", 10),
+              ("tcp_keepalives_count", 6), ("tcp_user_timeout", 120_000))
+# one round trip; a setting the server lacks (tcp_user_timeout before PostgreSQL 12) is left
+_PROBED = ("SELECT set_config(s.name, d.value, false) FROM unnest(%s::text[], %s::text[]) "
+           "AS d(name, value) JOIN pg_settings s ON s.name = d.name WHERE s.source = 'default'")
 
 
 def _defaults(url: str) -> dict[str, Any]:

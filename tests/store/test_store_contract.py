@@ -1201,6 +1201,35 @@ def test_the_urls_connect_timeout_and_application_name_apply(
     assert said(connect(postgresql_url))[0] == "4"
 
 
+def test_the_server_probes_every_session_so_a_dead_leaders_lock_goes(
+        postgresql_url: str) -> None:
+    """PostgreSQL only: the issues job's leader holds a session advisory lock while its
+    connection lives. A leader whose host disappears (no FIN, no RST) left its session idle
+    on the server, which probed it only after the OS's keepalive time (Linux: 7200 s, then 9
+    probes 75 s apart): for 2 h 11 min no worker ran the job, and no instance paged. Every
+    session of otel-eval's (the store's, the catalogue's) now asks the server to probe it
+    after a minute idle (``tcp_keepalives_*``, ``tcp_user_timeout``), unless the operator
+    set them (here: the URL's ``options``; or the server's configuration, a role's)."""
+    from otel_eval.store.postgresql import KEEPALIVES, connect
+
+    def said(conn: Any) -> dict[str, str]:
+        rows = conn.execute("SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
+                            ([name for name, _ in KEEPALIVES],)).fetchall()
+        return {str(name): str(value) for name, value in rows}
+
+    ours = {name: str(value) for name, value in KEEPALIVES}
+    assert ours["tcp_keepalives_idle"] == "60"  # the figure docs/store.md gives
+    with connect(postgresql_url) as conn:
+        assert said(conn) == ours
+    catalogue = Catalogue.open(postgresql_url)  # the lock's session
+    try:
+        assert catalogue.lead() and said(catalogue._conn) == ours
+    finally:
+        catalogue.close()
+    with connect(f"{postgresql_url}?options=-c%20tcp_keepalives_idle%3D300") as conn:
+        assert said(conn) == {**ours, "tcp_keepalives_idle": "300"}  # the operator's
+
+
 def test_the_engines_stamp_and_agent_recall_are_tried_again_on_a_new_connection(
         postgresql_url: str) -> None:
     """PostgreSQL only: the engine's reads are tried again at once on a new connection
