@@ -553,3 +553,35 @@ def test_agent_info_of_a_pair_past_the_metrics_pair_budget_joins_the_other_serie
         assert shown["service_agents"] == [{"service": "billing", "agent": "planner"}]  # API
     finally:
         job.close()
+
+
+def test_a_window_past_the_runs_read_says_so(
+        store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The job clusters the newest ``WINDOW_RUNS`` runs of its window (100,000: each run's
+    critiques are held in memory); the rest went uncounted and nothing said so, so
+    ``/v1/issues`` shares read as the whole window's. Now the result says it was cut
+    (``window_truncated``, on ``/v1/issues`` too) and the log says how many were read."""
+    from otel_eval.outputs.deps import Deps
+    from otel_eval.outputs.issues import job as issues_job
+    from otel_eval.telemetry.metrics import Metrics
+
+    monkeypatch.setattr(issues_job, "WINDOW_RUNS", 4, raising=False)
+    store.put_many(_stored(e, T0 - 60 + i) for i, e in enumerate(window(6)))
+    registry = CollectorRegistry()
+    deps = Deps(Metrics(registry), registry, store, store.path, store.path, None)
+    job = issues_job.build(IssuesConfig(), deps)
+    assert job is not None
+    try:
+        with caplog.at_level(logging.WARNING):
+            result = job.run_once(T0)
+        assert result is not None and result.traces == 4  # the newest four
+        assert {a.trace_id for a in result.assignments} == {e["trace_id"]
+                                                           for e in window(6)[2:]}
+        assert job.latest_json()["window_truncated"] is True
+        assert "newest 4 runs" in caplog.text
+        monkeypatch.setattr(issues_job, "WINDOW_RUNS", 6)  # within the bound: not cut
+        result = job.run_once(T0)
+        assert result is not None and result.traces == 6
+        assert job.latest_json()["window_truncated"] is False
+    finally:
+        job.close()

@@ -171,7 +171,8 @@ def test_latest_revision_wins_and_json_shape() -> None:
     out = to_json(issues_offline(evs, CFG, now=5.0))
     assert out["traces"] == 2 and out["critiques"] == 2
     assert set(out) == {"schema", "generated_at", "window_s", "embedding", "traces",
-                        "critiques", "skipped", "issues", "resolved", "assignments"}
+                        "critiques", "skipped", "window_truncated", "issues", "resolved",
+                        "assignments"}
     (issue,) = out["issues"]
     assert set(issue) == {"issue_id", "level", "node", "title", "description", "share", "trend",
                           "critiques", "traces", "exemplars", "agents", "agents_omitted",

@@ -9,7 +9,8 @@ Usage (the service, when ``issues.interval_s > 0``):
 
     grafana = GrafanaAnnotator(cfg.issues.grafana) if cfg.issues.grafana.url else None
     job = IssuesJob(cfg.issues, cfg.issues.store_path or cfg.store.path,
-                    lambda ns: store.since(ns, keep=critique_fields), metrics.registry,
+                    lambda ns: store.since(ns, WINDOW_RUNS + 1, keep=critique_fields),
+                    metrics.registry,
                     annotator=grafana)
     job.start()                          # a thread: run_once() now, then every interval_s
     AdminApi(..., issues=job.latest_json)          # GET /v1/issues
@@ -37,6 +38,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
@@ -77,6 +79,12 @@ if TYPE_CHECKING:  # naming imports numpy and scipy (the tracker does, when it c
 log = logging.getLogger(__name__)
 
 EvaluationsSince = Callable[[int], Iterable[Mapping[str, Any]]]
+
+# The newest runs of its window a run clusters: their critiques are held in memory, as the
+# clustering needs them all at once. ``build`` reads one more, so a run knows when its window
+# held more: the result says so (``window_truncated``, on /v1/issues) and the log says it, its
+# shares then being of the newest runs only. Before, the rest went uncounted and unsaid.
+WINDOW_RUNS = 100_000
 
 
 
@@ -155,7 +163,7 @@ class IssuesJob:
                     return None
                 now = self._clock() if now is None else now
                 since_ns = int((now - self._config.window_s) * 1e9)
-                result = self._tracker.run(self._evaluations_since(since_ns), now)
+                result = self._run(since_ns, now)
                 rows = self._rows_of(result)
             except Exception:  # stage boundary: a bad run must not stop the periodic job
                 log.exception("issue clustering run failed")
@@ -169,6 +177,18 @@ class IssuesJob:
                 self._last_duration = time.monotonic() - started
             self._annotate(result, now)
             return result
+
+    def _run(self, since_ns: int, now: float) -> IssuesResult:
+        """The tracker's run over the window's newest ``WINDOW_RUNS`` runs (oldest first)."""
+        evaluations = list(self._evaluations_since(since_ns))
+        cut = len(evaluations) > WINDOW_RUNS
+        if cut:
+            log.warning("the issues window (%.0f s) holds more runs than a run reads: the "
+                        "newest %d runs clustered, the older ones left out (window_truncated)",
+                        self._config.window_s, WINDOW_RUNS)
+            del evaluations[:len(evaluations) - WINDOW_RUNS]
+        result = self._tracker.run(evaluations, now)
+        return replace(result, window_truncated=True) if cut else result
 
     def _follow(self) -> None:
         """A skipped run: the fleet's issues are the leader's, so what this worker ran while
@@ -319,7 +339,8 @@ def build(config: IssuesConfig, deps: Deps, *,
     grafana = GrafanaAnnotator(config.grafana) if config.grafana.url else None
     store = deps.store
     return IssuesJob(config, config.store_path or deps.store_target,
-                     lambda since_ns: store.since(since_ns, keep=critique_fields),
+                     lambda since_ns: store.since(since_ns, WINDOW_RUNS + 1,
+                                                  keep=critique_fields),
                      deps.registry, annotator=grafana, namer=namer(),
                      synthesizer=synthesizer(), session=deps.store_session,
                      pair=deps.metrics.traces.cap.pair, redact=redact)

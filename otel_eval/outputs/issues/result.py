@@ -134,6 +134,8 @@ class IssuesResult:
     events: tuple[IssueEvent, ...] = ()  # new issues and share jumps (for annotations)
     aged_out: tuple[str, ...] = ()  # issue ids deleted from the catalogue by this run
     resolved: tuple[Resolved, ...] = ()  # stored issues the previous run had, this one not
+    # the window held more runs than a run reads (``job.WINDOW_RUNS``): its newest only
+    window_truncated: bool = False
 
 
 def to_json(result: IssuesResult, assignments: bool = True) -> dict[str, Any]:
@@ -145,6 +147,7 @@ def to_json(result: IssuesResult, assignments: bool = True) -> dict[str, Any]:
         "traces": result.traces,
         "critiques": result.critiques,
         "skipped": result.skipped,
+        "window_truncated": result.window_truncated,
         "issues": [i.to_json() for i in result.issues],
         "resolved": [r.to_json() for r in result.resolved],
     }
