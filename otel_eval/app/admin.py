@@ -208,12 +208,15 @@ class AdminApi:
     pass_threshold: float = 0.5
     # Whether what the API reads is open: serve starts the admin endpoint before it opens
     # (and migrates) the store, so probes see a live process; until then, and again once
-    # the stop closes it, only /healthz and /readyz are answered, the rest 503 (Retry-After).
+    # the stop closes it, only /healthz, /readyz and /metrics are answered, the rest 503
+    # (Retry-After).
     opened: Callable[[], bool] = lambda: True
 
 
-# What the admin endpoint answers before the store is open (``AdminApi.opened``).
-_PROBES = frozenset({"/healthz", "/readyz"})
+# What the admin endpoint answers before the store is open (``AdminApi.opened``): the probes,
+# and the process's metrics (a 503 there is ``up == 0``: OtelEvalDown would page through every
+# migration; the gauges computed from the store wait for it, ``CalibrationMetrics``).
+_UNGATED = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
 def _is_ui(path: str) -> bool:
@@ -503,7 +506,7 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
         if len(req.query) > MAX_QUERY_BYTES:  # after a POST, its unread body closes
             return _json(414, {"error": f"query string longer than {MAX_QUERY_BYTES} bytes"},
                          close=write)
-        if path not in _PROBES and not api.opened():
+        if path not in _UNGATED and not api.opened():
             return _json(503, {"error": "starting or stopping: the store is not open (a "
                                "migration may take a while); retry later"},
                          {"Retry-After": str(STORE_RETRY_AFTER_S)}, close=write)

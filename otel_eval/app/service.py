@@ -24,8 +24,8 @@ published to the topic). The async stages (judge, Kafka) share one event loop th
 Lifecycle (``otel_eval.app.lifecycle``): every long-running part is a ``Component`` with
 ``start()`` and ``shutdown(deadline_s)``. ``Service()`` only constructs them (no file,
 socket or thread is opened); ``_lifecycle`` lists them in start order (the judge's
-configuration checked, instance locks, admin endpoint (its probes only, while the store is
-opened and migrated), store, spool, event loop, admin API, issues job (stopped
+configuration checked, instance locks, admin endpoint (probes and /metrics only, while the
+store is opened and migrated), store, spool, event loop, admin API, issues job (stopped
 here; its runs start after the sinks, so the judge that names new issues is up), retention,
 sinks, session job, Kafka, engine, listeners bound, spool replay, receivers serving,
 readiness) and shutdown runs the list backwards with what is left of one deadline (SIGTERM /
@@ -202,7 +202,8 @@ class Service:
         predictor = self.evaluator.predictor
         self.calibration = calibration.build(
             config.judge, deps, config.prediction.pass_threshold,
-            predictor.model.label if predictor is not None else None)
+            predictor.model.label if predictor is not None else None,
+            opened=lambda: self._opened)  # a scrape during a migration reads no store
         front = self.kafka.submitter if self.kafka is not None else None
         rc = config.receiver
         ingest = Ingest(front if front is not None else self.engine, self.metrics,
@@ -347,8 +348,9 @@ class Service:
         lc.add("instance lock", Step(start=self._take_locks,
                                      shutdown=lambda _d: self._release_locks()))
         # Listening before the store is opened and migrated (minutes, for a large one at an
-        # upgrade): /healthz answers a live process, /readyz 503, the API 503 until "admin api"
-        # (a liveness or startup probe no longer kills a migration halfway, over and over).
+        # upgrade): /healthz answers a live process, /metrics the process's metrics (a 503 is
+        # up == 0: OtelEvalDown), /readyz 503, the API 503 until "admin api" (a liveness or
+        # startup probe no longer kills a migration halfway, over and over).
         lc.add("admin", self.admin)
         lc.add("store", Step(start=self._open_store, shutdown=lambda _d: self._close_store()))
         if self.spool is not None:

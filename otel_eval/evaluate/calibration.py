@@ -206,13 +206,16 @@ def capped(found: dict[str, Any], max_groups: int = MAX_GROUPS) -> dict[str, Any
 
 
 def build(config: JudgeConfig, deps: Deps, p_success: float = 0.5,
-          serving: str | None = None) -> Callable[[], dict[str, Any]]:
+          serving: str | None = None,
+          opened: Callable[[], bool] = lambda: True) -> Callable[[], dict[str, Any]]:
     """``GET /v1/calibration`` of ``serve``: ``report`` over the service's store, computed at
     most once per ``refresh_s`` by the agreement gauges (``metrics.calibration``), which
     serve the same report on scrapes (``p_success``: the ``serving`` model's rows); the
-    answer capped (``capped``)."""
+    answer capped (``capped``). ``opened``: whether the store is open (a scrape while it is
+    migrated or closed computes nothing)."""
     gauges = deps.metrics.calibration
     gauges.serve_from(lambda: report(deps.store, config, p_success=p_success,
                                      serving=serving),
-                      deps.store.feedback_version)  # an outcome another process recorded
+                      deps.store.feedback_version,  # an outcome another process recorded
+                      opened=opened)
     return lambda: capped(gauges.report())

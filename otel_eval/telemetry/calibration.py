@@ -82,6 +82,7 @@ class CalibrationMetrics:
         self._cap = cap
         self._refresh_s, self._clock = refresh_s, clock
         self._source: Callable[[], dict[str, Any]] | None = None
+        self._opened: Callable[[], bool] = lambda: True  # the source's store is open
         self._version: Callable[[], object] | None = None
         self._report_version: object = None  # the store's feedback version the report read
         self._report: dict[str, Any] = {}
@@ -94,12 +95,16 @@ class CalibrationMetrics:
         d.collector(_AgreementCollector(self))
 
     def serve_from(self, source: Callable[[], dict[str, Any]],
-                   version: Callable[[], object] | None = None) -> None:
+                   version: Callable[[], object] | None = None,
+                   opened: Callable[[], bool] = lambda: True) -> None:
         """The report's source (``evaluate.calibration.report`` over the service's store)
         and, for a store other processes write too, what changes when any of them records an
         outcome (``EvaluationStore.feedback_version``): a report is kept only while it
-        stays the same."""
-        self._source, self._version = source, version
+        stays the same. ``opened``: whether the store may be read; a scrape while it is not
+        (serve migrating it at start, or stopped) serves the last figures and reads nothing
+        (the migration's connection is the store's), and the first scrape once it is open
+        computes them."""
+        self._source, self._version, self._opened = source, version, opened
 
     def calibrated(self, report: dict[str, Any]) -> None:
         """A report just computed."""
@@ -158,8 +163,8 @@ class CalibrationMetrics:
         model's (the report's ``serving_model``), when one serves. The report is computed again
         first when older than ``refresh_s``."""
         failed = self._failed_at
-        if self._source is not None and (failed is None
-                                         or self._clock() - failed >= self._refresh_s):
+        if self._source is not None and self._opened() and (
+                failed is None or self._clock() - failed >= self._refresh_s):
             try:
                 self.report()
                 self._failed_at = None

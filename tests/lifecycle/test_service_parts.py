@@ -196,3 +196,45 @@ def test_probes_are_answered_while_the_store_is_opened_and_migrated(tmp_path: Pa
         assert _status(url + "/readyz") == 200
     finally:
         svc.shutdown(10.0)
+
+
+def test_metrics_are_scraped_during_a_migration_without_reading_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prometheus scrapes /metrics during the minutes a migration takes: a 503 there is
+    ``up == 0`` and OtelEvalDown pages for an upgrade. The process's metrics are served while
+    /readyz says not ready; the gauges computed from the store (judge agreement) are not
+    computed until it is open (its connection is the migration's), then at the next scrape."""
+    svc = _service(tmp_path, **OFF, **{"receiver.grpc_endpoint": "",
+                                       "receiver.http_endpoint": "127.0.0.1:0"})
+    reads: list[str] = []
+    for name in ("labelled", "feedback_version"):
+        real = getattr(svc.store, name)
+        monkeypatch.setattr(svc.store, name, lambda *a, _n=name, _r=real: (
+            reads.append(_n), _r(*a))[1])
+    opening, release = threading.Event(), threading.Event()
+    open_store = svc._open_store
+
+    def held_migration() -> None:
+        opening.set()
+        assert release.wait(60)
+        open_store()
+
+    svc._open_store = held_migration  # type: ignore[method-assign]
+    starting = threading.Thread(target=svc.start, kwargs={"worker": False})
+    starting.start()
+    try:
+        assert opening.wait(60)
+        url = f"http://127.0.0.1:{svc.admin.port}"
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+            assert r.status == 200
+            assert b"otel_eval_receiver_spans_received_total" in r.read()
+        assert _status(url + "/readyz") == 503
+        assert reads == []
+    finally:
+        release.set()
+        starting.join(60)
+    try:
+        assert _status(url + "/metrics") == 200
+        assert "labelled" in reads  # computed once open, not held back for refresh_s
+    finally:
+        svc.shutdown(10.0)
