@@ -1,8 +1,15 @@
 # otel-eval: the streaming evaluator (`otel-eval serve`) as a container image.
 #
 #   docker build -t otel-eval .
-#   docker run -p 4317:4317 -p 4318:4318 -p 8888:8888 -v otel-eval:/var/lib/otel-eval \
-#       -v ./certs:/certs:ro -e OTLP_TOKEN=... otel-eval --config /certs/otel-eval.yaml
+#   docker run --stop-timeout 35 -p 4317:4317 -p 4318:4318 -p 8888:8888 \
+#       -v otel-eval:/var/lib/otel-eval -v ./certs:/certs:ro -e OTLP_TOKEN=... \
+#       otel-eval --config /certs/otel-eval.yaml
+#
+# --stop-timeout: on `docker stop` serve drains for up to service.shutdown_timeout_s (30 s:
+# stores the runs that ended, drains the judge, flushes the exporters), and Docker sends
+# SIGKILL after 10 s unless told otherwise (here, `docker stop --time`, compose's
+# stop_grace_period). Give it the drain and 5 s more, or lower shutdown_timeout_s. A
+# Dockerfile cannot set it (its default STOPSIGNAL, SIGTERM, is what serve drains on).
 #
 # The listeners bind 0.0.0.0 (a container is reached through its interfaces), so otel-eval
 # refuses to start until the config gives them TLS (receiver.tls, admin.tls) and bearer

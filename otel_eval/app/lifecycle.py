@@ -34,7 +34,8 @@ class ServiceConfig:
     # ended are evaluated and stored, the judge drains, exporters flush, each part with what
     # is left of it (past it the rest is skipped; runs in flight stay in the spool). Keep it
     # below the supervisor's kill timeout (Kubernetes terminationGracePeriodSeconds, from
-    # which the Helm chart sets it; `docker stop --time`; systemd TimeoutStopSec). At least 1.
+    # which the Helm chart sets it; `docker run --stop-timeout`, Docker's 10 s otherwise;
+    # systemd TimeoutStopSec). At least 1.
     shutdown_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:

@@ -271,6 +271,81 @@ def test_sigterm_to_pid_1_while_it_starts_ends_it() -> None:
     assert r.returncode == 128 + 15, (r.returncode, r.stderr[-500:])
 
 
+# Seconds `docker stop` (and compose) wait after SIGTERM before SIGKILL when nothing says more
+DOCKER_DEFAULT_STOP_S = 10
+# What serve needs beyond service.shutdown_timeout_s to exit (the chart's margin: its grace
+# period minus 5 s is the drain it configures)
+EXIT_MARGIN_S = 5
+GUIDE = ROOT / "docs" / "guide.md"
+
+
+def _commands(lines: list[str], program: str) -> list[list[str]]:
+    """The ``program`` commands in ``lines`` (continuation lines joined), as words."""
+    found, pending = [], ""
+    for line in (ln.strip() for ln in lines):
+        if pending or line.startswith(program + " "):
+            pending += line.removesuffix("\\") + " "
+            if not line.endswith("\\"):
+                found.append(shell_words(pending))
+                pending = ""
+    return found
+
+
+def _code_blocks(path: Path) -> list[tuple[str, list[str]]]:
+    """(language, lines) of each fenced code block of a Markdown file."""
+    blocks: list[tuple[str, list[str]]] = []
+    fence: str | None = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            if fence is None:
+                fence = line[3:].strip()
+                blocks.append((fence, []))
+            else:
+                fence = None
+        elif fence is not None:
+            blocks[-1][1].append(line)
+    return blocks
+
+
+def _option_s(words: list[str], *names: str) -> float | None:
+    """The value of the first of ``names`` in ``words`` (``--name N`` or ``--name=N``)."""
+    for i, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        if name in names:
+            return float(value if eq else words[i + 1])
+    return None
+
+
+def test_documented_docker_commands_give_the_drain_its_time() -> None:
+    """Docker sends SIGKILL 10 s after ``docker stop``'s SIGTERM, and serve drains for up to
+    ``service.shutdown_timeout_s`` (30 s): a container run as documented was killed in the
+    middle of storing ended runs, draining the judge and flushing the exporters. Every full
+    ``docker run`` shown (the Dockerfile's, the guide's) sets ``--stop-timeout`` beyond the
+    drain, a ``docker stop`` shown sets ``--time``, a compose service ``stop_grace_period``."""
+    drain = Config().service.shutdown_timeout_s
+    assert drain + EXIT_MARGIN_S > DOCKER_DEFAULT_STOP_S  # else nothing to say
+    comments = [ln.lstrip("#") for ln in DOCKERFILE.read_text(encoding="utf-8").splitlines()
+                if ln.startswith("#")]
+    blocks = _code_blocks(GUIDE)
+    shell = [ln for lang, lines in blocks if lang in ("sh", "shell", "bash") for ln in lines]
+    runs = [w for w in _commands(comments + shell, "docker run") if "..." not in w]
+    stops = _commands(shell, "docker stop")
+    composes = [yaml.safe_load("\n".join(lines)) for lang, lines in blocks
+                if lang in ("yaml", "yml") and any(ln.startswith("services:") for ln in lines)]
+    for words in runs:
+        given = _option_s(words, "--stop-timeout")
+        assert given is not None and given >= drain + EXIT_MARGIN_S, " ".join(words)
+    for words in stops:
+        given = _option_s(words, "--time", "-t")
+        assert given is not None and given >= drain + EXIT_MARGIN_S, " ".join(words)
+    for compose in composes:
+        for name, svc in compose["services"].items():
+            grace = str(svc.get("stop_grace_period", f"{DOCKER_DEFAULT_STOP_S}s"))
+            assert grace.endswith("s") and float(grace[:-1]) >= drain + EXIT_MARGIN_S, name
+    # the guide shows the three, beside the Dockerfile's own
+    assert len(runs) >= 2 and stops and composes, (runs, stops, composes)
+
+
 @pytest.mark.slow
 def test_copied_context_builds_the_package(tmp_path: Path) -> None:
     """What the build stage runs (`pip install .`) on exactly the copied files: a wheel with
