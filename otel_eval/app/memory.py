@@ -19,8 +19,10 @@ from otel_eval.app.config import Config
 from otel_eval.assemble.assembler import ID_HELD_BYTES, SPAN_HELD_BYTES
 
 MIB = 1024 * 1024
-# serve and one evaluation worker once litellm and scikit-learn are imported (the first
-# priced step, the success model): ~300 MiB (the chart's resources comment)
+# serve and one evaluation worker, the judge's litellm imported (judge.model): serve ~265 MiB
+# RSS measured after a judged run, a worker ~40 MiB; ~65 MiB without the judge (pricing reads
+# litellm's price map as JSON, the success model needs no scikit-learn: the issues job's
+# clustering imports it, ISSUES_BYTES); bench/idle_memory.py, the chart's resources comment
 IDLE_BYTES = 300 * MIB
 # the issues job's peak over 3,000 distinct critiques (``issues.max_exact``), bench/README.md
 ISSUES_BYTES = 432 * MIB
