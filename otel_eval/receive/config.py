@@ -89,7 +89,7 @@ class ReceiverConfig:
     # Time a gRPC call has to deliver its request message once it began, seconds; a call
     # that sends headers and then nothing is cancelled (it holds a worker thread meanwhile).
     grpc_receive_timeout_s: float = 30.0
-    # gRPC calls of one sender (its token name; without tokens, its address) waiting for
+    # gRPC calls of one sender (its address, and with tokens its token's name) waiting for
     # their request message at once. Past it a call has 1 s for its message (then it is
     # cancelled), and once one of the sender's calls has waited 1 s more are refused
     # RESOURCE_EXHAUSTED with RetryInfo (throttle reason `sender_share`). Each waiting call

@@ -20,12 +20,12 @@ is refused by grpc itself, RESOURCE_EXHAUSTED without RetryInfo, often before an
 runs, so counted by no metric: docs/transport-security.md), at most
 ``grpc_max_concurrent_rpcs`` calls are taken at once (more are refused RESOURCE_EXHAUSTED by
 grpc itself, without RetryInfo, and nothing of ours is told: grpcio has no public hook for
-it), one sender (token
-name, else peer address) has ``grpc_max_waiting_rpcs_per_sender`` calls waiting for their
-message, and more only while its calls are young: those get ``SHARE_GRACE_S`` for their
-message, and once one of its calls has waited that long more are refused at once
-(retryable, ``throttled{grpc,sender_share}``, ``grpc_logs`` for a logs call: each waiting
-call holds a worker thread, and one sender with a valid token held all of them, 0 of 36
+it), one sender (its address, and with tokens its token's name) has
+``grpc_max_waiting_rpcs_per_sender`` calls waiting for their message, and more only while
+its calls are young: those get ``SHARE_GRACE_S`` for their message, and once one of its
+calls has waited that long more are refused at once (retryable,
+``throttled{grpc,sender_share}``, ``grpc_logs`` for a logs call: each waiting call holds a
+worker thread, and one sender with a valid token held all of them, 0 of 36
 exports of the others got through; refusing by count alone refused a local collector's
 honest calls, which wait only for this process to read them), and the port is bound without
 SO_REUSEPORT, so a second serve on it fails to start instead of sharing it.
@@ -308,7 +308,12 @@ class GrpcReceiver:
         """The call's message, waited for within the sender's share of waiting calls; a
         refusal counted as ``requests_throttled{throttle_label,sender_share}`` (``grpc``:
         traces, ``grpc_logs``: logs)."""
-        sender = self._sender(context) if self.auth.enabled else peer_host(context.peer())
+        # a sender is its address and, with tokens, its token's name (OTLP/HTTP's body share
+        # has it so): one name is often given to every agent, and keyed by it alone one of
+        # them holding calls got every other address with it refused
+        sender = peer_host(context.peer())
+        if self.auth.enabled:
+            sender = f"{sender} token {self._sender(context)}"  # no address has a space
         verdict, started = self._shares.enter(sender)
         throttled = partial(self._throttle_share, throttle_label)
         if verdict == "refused":

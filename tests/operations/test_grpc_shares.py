@@ -7,8 +7,8 @@ cancelled after ``SHARE_GRACE_S`` without a message, and once a call has waited 
 rest are refused at once, retryable. A local collector (one sender) with more calls in flight
 than its share, whose messages follow at once, is not refused (issue 34: 1-13 % of the bench's
 exports were, at 8 in flight).
-Real service and grpc clients on loopback; the senders are told apart by token name, or
-without tokens by address (127.0.0.1 and ::1)."""
+Real service and grpc clients on loopback; the senders are told apart by address (127.0.0.1
+and ::1) and, with tokens, by token name."""
 
 from __future__ import annotations
 
@@ -105,6 +105,21 @@ def test_without_tokens_one_address_cannot_take_every_slot(tmp_path: Path) -> No
         assert h.svc.grpc is not None
         port = h.svc.grpc.port
         _flood_then_export(h, f"127.0.0.1:{port}", f"[::1]:{port}", None, None)
+
+
+def test_one_address_cannot_lock_out_the_others_sharing_its_token(tmp_path: Path) -> None:
+    """The share was one per token name: every agent given the same token (the docs'
+    ``bearer_tokens: {agents: ...}``) was one sender, so one of them, on its own address,
+    holding its calls without a message got every other agent's exports refused
+    RESOURCE_EXHAUSTED until its calls were cut. A sender is its address and its token's
+    name, as OTLP/HTTP's body share has it: the others keep exporting."""
+    with running_service(tmp_path, **{"receiver.grpc_endpoint": "localhost:0",
+                                      "receiver.bearer_tokens": {"agents": "agents-secret"},
+                                      "receiver.grpc_receive_timeout_s": 60.0}) as h:
+        assert h.svc.grpc is not None
+        port = h.svc.grpc.port
+        token = [("authorization", "Bearer agents-secret")]
+        _flood_then_export(h, f"127.0.0.1:{port}", f"[::1]:{port}", token, token)
 
 
 def test_peer_host() -> None:
