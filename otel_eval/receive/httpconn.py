@@ -90,6 +90,9 @@ class _DeadlineReader(io.RawIOBase):
         self.sock, self.clock, self.limits = sock, clock, limits
         self.phase = "header"
         self.started = accepted_at
+        # when its wait for a request head began (accept, or the end of its last answer):
+        # the connection waiting longest gives way first (``httpslots``)
+        self.since = accepted_at
         self.deadline = accepted_at + limits.read_header_timeout_s
         self.header_bytes = 0
         self.received = 0  # bytes read from the socket so far (``tell``)
@@ -103,7 +106,8 @@ class _DeadlineReader(io.RawIOBase):
 
     def idle(self) -> None:
         """Between requests: wait up to the idle timeout for the next one's first byte."""
-        self.phase, self.deadline = "idle", self.clock() + self.limits.idle_timeout_s
+        self.phase, self.since = "idle", self.clock()
+        self.deadline = self.since + self.limits.idle_timeout_s
 
     def begin(self, now: float) -> None:
         """The next request's first byte is in (read now, or read ahead with the previous

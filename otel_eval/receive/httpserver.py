@@ -17,8 +17,7 @@ serves one, request after request. Together they promise:
   closed at once (over TLS after its handshake, ``_TLS_REFUSALS`` at once). A few
   ``reserved_connections`` beyond the total serve only ``reserved_paths`` (``PROBE_PATHS``),
   and a full reserve reuses its oldest waiting connection; with ``reuse_partial``, a full
-  listener closes its oldest partial request, and a peer at its cap its own oldest partial
-  one;
+  listener closes the partial request waiting longest, and a peer at its cap its own;
 - **a hang-up is an event, not an error**: a client that closes mid-request or stops reading
   the answer, a deadline passed, a slot refused, a failed handshake: each is counted with a
   reason (``CLOSE_REASONS``) through ``on_close`` and logged at debug, never a traceback;
@@ -103,10 +102,10 @@ class _Listener(ListenerBase):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         accepted_at = self.clock()  # before the slot shows in ``connections``
-        hold = Hold(request, client_address[0])
+        hold = Hold(request, client_address[0], accepted_at)
         reason = self.slots.take(hold)
         if reason == "reused":
-            log.debug("%s: full; closing its oldest waiting connection for %s",
+            log.debug("%s: full; closing a waiting connection for %s",
                       self.name, client_address[0])
             self.closed(reason)
         elif reason is not None:
@@ -219,9 +218,10 @@ class HttpServer:
                  clock: Callable[[], float] = time.monotonic,
                  reuse_partial: bool = False, body_budget: int | None = None,
                  body_budget_per_peer: int | None = None) -> None:
-        """``reuse_partial``: when full, a new connection closes the oldest partial one;
-        ``body_budget``: bytes of request bodies held at once by all its connections (past
-        it a body's read is refused 429: ``decode.body.BodyBudget``); None: no bound;
+        """``reuse_partial``: when full, a new connection closes the partial one waiting
+        longest; ``body_budget``: bytes of request bodies held at once by all its
+        connections (past it a body's read is refused 429: ``decode.body.BodyBudget``);
+        None: no bound;
         ``body_budget_per_peer``: the part of it the connections of one address hold."""
         self.endpoint, self.handler, self.name = endpoint, handler, name
         self.reuse_partial = reuse_partial

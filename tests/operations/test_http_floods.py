@@ -383,3 +383,37 @@ def test_a_tls_listener_answers_503_over_its_limit(tmp_path: Path) -> None:
         assert events.counts["peer_limit"] == 1
     finally:
         srv.shutdown(1.0)
+
+
+def test_a_proxys_keep_alive_given_up_for_its_new_one_is_the_one_idle_longest() -> None:
+    """nginx's ``keepalive``, Envoy's and Go's pools hand out their most recently used idle
+    connection first (LIFO), so a proxy's first connection, kept busy, is the one it picks
+    next. The peer's *oldest* idle connection gave way to its newcomer: that busy one, just
+    as the proxy was likely to send it a POST (a 502 it does not retry). The one idle the
+    longest gives way now, as nginx drains its own reusable connections (and its upstream
+    pool evicts): the one its pool reaches last."""
+    limits = HttpLimits(max_connections=8, max_connections_per_peer=2)
+    clock = ManualClock()
+    srv = HttpServer("127.0.0.1:0", _authenticated, name="test-http", limits=limits,
+                     clock=clock, reuse_partial=True)
+    srv.start()
+    request = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    try:
+        busy, spare = pool = [connect(srv.port, "127.0.0.2") for _ in range(2)]
+        for s in pool:
+            s.sendall(request)
+            assert _one_answer(s).startswith(b"HTTP/1.1 200 ")
+        clock.advance(30)
+        busy.sendall(request)  # the pool's most recently used, its first: the busy one
+        assert _one_answer(busy).startswith(b"HTTP/1.1 200 ")
+        poll(lambda: all(h.reader is not None and h.reader.phase == "idle"
+                         for h in srv.slots._general), "both idle", timeout_s=10,
+             interval_s=0.01)
+        assert get(srv.port, peer="127.0.0.2").startswith(b"HTTP/1.1 200 ")
+        busy.sendall(request)  # still served
+        assert _one_answer(busy).startswith(b"HTTP/1.1 200 ")
+        assert answer(spare) == b""  # idle for 30 s: closed for the newcomer
+        for s in pool:
+            s.close()
+    finally:
+        srv.shutdown(1.0)

@@ -82,8 +82,8 @@ def test_at_its_cap_a_peers_own_partial_connection_gives_way_to_its_newcomer() -
 
 
 class _Phase:
-    def __init__(self, phase: str) -> None:
-        self.phase = phase
+    def __init__(self, phase: str, since: float = 0.0) -> None:
+        self.phase, self.since = phase, since
 
 
 def test_at_its_cap_a_peers_idle_keep_alive_gives_way_unless_its_next_request_is_in() -> None:
@@ -108,6 +108,33 @@ def test_at_its_cap_a_peers_idle_keep_alive_gives_way_unless_its_next_request_is
         assert slots.take(again) == "peer_limit"  # none idle without bytes waiting
         assert Slots(HttpLimits(max_connections=1), reuse_partial=True).take(
             Hold(pairs[3][0], "10.0.0.2")) is None
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
+@pytest.mark.parametrize("newcomer_peer", ["10.0.0.1", "10.0.0.2"])
+def test_the_partial_connection_waiting_longest_gives_way_not_the_oldest_accepted(
+        newcomer_peer: str) -> None:
+    """Without tokens a proxy's pooled connections are partial between requests. The oldest
+    accepted gave way, at the peer's cap (its own newcomer) or the listener's (another's):
+    often the pool's busiest, which it hands out first. Now the one waiting longest for a
+    request head does; the same wait, the oldest accepted, as before."""
+    slots = Slots(HttpLimits(max_connections=2, max_connections_per_peer=2),
+                  reuse_partial=True)
+    pairs = [socket.socketpair() for _ in range(4)]
+    try:
+        busy, spare, newcomer, again = (Hold(ours, "10.0.0.1") for ours, _ in pairs)
+        newcomer.peer = again.peer = newcomer_peer
+        busy.reader, spare.reader = _Phase("idle", since=50.0), _Phase("idle", since=10.0)
+        assert slots.take(busy) is None and slots.take(spare) is None
+        assert slots.take(newcomer) == "reused"
+        assert spare.reused and not busy.reused
+        slots.give_back(spare)
+        newcomer.reader = _Phase("header", since=50.0)  # as long as busy: accepted later
+        assert slots.take(again) == "reused"
+        assert busy.reused and not newcomer.reused
     finally:
         for a, b in pairs:
             a.close()
