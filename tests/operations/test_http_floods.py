@@ -417,3 +417,48 @@ def test_a_proxys_keep_alive_given_up_for_its_new_one_is_the_one_idle_longest() 
             s.close()
     finally:
         srv.shutdown(1.0)
+
+
+def test_a_tls_refusal_gives_up_a_trickled_handshake_at_its_deadline(tmp_path: Path) -> None:
+    """A connection over a TLS listener's limits takes one of the few refusal threads for
+    its handshake and 503 (``_TLS_REFUSALS``): the handshake's ``read_header_timeout_s`` is
+    one deadline for the whole of it (CPython's ``do_handshake`` takes the socket timeout
+    as its total since 3.5), not a timeout per read a ClientHello sent a byte at a time
+    could renew. Time here is the socket's, which the server's clock does not drive: each
+    byte is 0.05 s apart (the wait for the server's close paces it), so per read the 517
+    bytes would hold the thread for 25 s, not the 0.5 s deadline."""
+    ca = TestCA(tmp_path)
+    pair = ca.issue("server", server=True)
+    tls = TlsFiles(TlsServerConfig(cert_file=str(pair.cert), key_file=str(pair.key)), "test")
+    events = Events()
+    srv = HttpServer("127.0.0.1:0", _ok, name="test-http", tls=tls, on_close=events,
+                     limits=HttpLimits(max_connections=8, max_connections_per_peer=1,
+                                       read_header_timeout_s=0.5))
+    srv.start()
+    outgoing = ssl.MemoryBIO()
+    hello = ssl.create_default_context(cafile=str(ca.path)).wrap_bio(
+        ssl.MemoryBIO(), outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        hello.do_handshake()
+    client_hello = outgoing.read()
+    try:
+        with connect(srv.port, "127.0.0.2"):  # holds the peer's one slot
+            accepted(srv)
+            with connect(srv.port, "127.0.0.2") as refused:
+                assert events.wait("peer_limit", 1)
+                refused.settimeout(0.05)
+                sent, cut = 0, False
+                for byte in client_hello[:-1]:  # never the whole of it
+                    send(refused, bytes([byte]))
+                    sent += 1
+                    try:
+                        cut = refused.recv(1) == b""
+                    except TimeoutError:
+                        continue
+                    except ConnectionResetError:
+                        cut = True
+                    if cut:
+                        break
+                assert cut and sent < 200, sent  # 0.5 s: ~10 bytes; per read it took them all
+    finally:
+        srv.shutdown(1.0)
