@@ -6,7 +6,10 @@ One log record per finding and one per verdict, following the GenAI semantic con
 ``gen_ai.evaluation.explanation``, ``error.type`` when the evaluation itself failed,
 ``gen_ai.response.id`` when the evaluated span is an LLM call that recorded its response id).
 The record's trace id / span id are those of the evaluated span, so backends show the result
-on that span. Our extras are under ``otel_eval.*``.
+on that span. Our extras are under ``otel_eval.*``; every record of a run (its findings',
+verdict's and judge's) names the run evaluated as the pass-through root does
+(``run_stamps``): ``otel_eval.trace.revision``, and ``otel_eval.trace.release_reason`` for a
+run not released ``complete`` (a run cut for room is judged on what came before the cut).
 
 Evaluator provenance (who evaluated, which revision, how) follows the names of
 semantic-conventions-genai pull request 359, still open (the released conventions name no
@@ -95,6 +98,21 @@ def provenance(evaluator: str, version: str, kind: str) -> dict[str, Any]:
             EVALUATOR_TYPE: kind, "otel_eval.evaluator.version": version}
 
 
+def run_stamps(evaluation: Evaluation) -> dict[str, Any]:
+    """What every record of a run says of the run evaluated, named as the pass-through
+    root's stamps (``outputs.forward``): its ``otel_eval.trace.revision`` and, for a run
+    not released ``complete``, ``otel_eval.trace.release_reason`` (the v1 object's
+    ``release_reason``: a run cut for room, ``pressure``, is judged on what came before the
+    cut; a consumer of the events tells it from a whole run's by this)."""
+    t = evaluation.trajectory
+    return _run(t.revision, t.cut_reason)
+
+
+def _run(revision: int, cut_reason: str) -> dict[str, Any]:
+    return {"otel_eval.trace.revision": revision,
+            **({"otel_eval.trace.release_reason": cut_reason} if cut_reason else {})}
+
+
 def _record(trace_id: str, span_id: str, severity: str, time_ns: int,
             attrs: dict[str, Any]) -> logs_pb2.LogRecord:
     number, text = _SEVERITY.get(severity, _SEVERITY["info"])
@@ -127,6 +145,7 @@ def finding_records(evaluation: Evaluation, root: str, version: str,
                     time_ns: int) -> list[logs_pb2.LogRecord]:
     out = []
     ids = response_ids(evaluation)
+    stamps = run_stamps(evaluation)
     for f in evaluation.findings:
         attrs: dict[str, Any] = {
             "gen_ai.evaluation.name": f.detector,
@@ -135,7 +154,7 @@ def finding_records(evaluation: Evaluation, root: str, version: str,
             "otel_eval.detector": f.detector,
             "otel_eval.severity": f.severity,
             **provenance(f.detector, version, DETERMINISTIC),
-            "otel_eval.trace.revision": evaluation.trajectory.revision,
+            **stamps,
         }
         if f.span_ids:
             attrs["otel_eval.span_ids"] = list(f.span_ids)
@@ -156,7 +175,7 @@ def verdict_record(evaluation: Evaluation, root: str, version: str,
         "gen_ai.evaluation.score.label": "pass" if v.passed else "fail",
         "gen_ai.evaluation.explanation": "; ".join(v.reasons) or "no failing findings",
         **provenance("verdict", version, DETERMINISTIC),
-        "otel_eval.trace.revision": evaluation.trajectory.revision,
+        **run_stamps(evaluation),
     }
     if v.outcome is not None:
         attrs["otel_eval.outcome"] = v.outcome
@@ -180,7 +199,7 @@ def judge_records(evaluation: Evaluation, root: str, version: str, time_ns: int,
             status = entry.get("status", "ok")
             out.append(failure_record(evaluation.trace_id, root, judge, status,
                                       str(entry.get("error") or status), version, time_ns,
-                                      evaluation.trajectory.revision))
+                                      run_stamps(evaluation)))
             continue
         at_root = set()
         for c in entry.get("critiques", []):
@@ -207,24 +226,22 @@ def _grade(evaluation: Evaluation, span: str, judge: str, dimension: str, score:
         "gen_ai.evaluation.explanation": explanation,
         "otel_eval.judge.model": model_name,
         **provenance(f"judge.{judge}", version, LLM_JUDGE),
-        "otel_eval.trace.revision": evaluation.trajectory.revision,
+        **run_stamps(evaluation),
     }
     return _record(evaluation.trace_id, span, "info", time_ns, _on_response(attrs, span, ids))
 
 
 def failure_record(trace_id: str, span_id: str, name: str, error_type: str, explanation: str,
                    version: str, time_ns: int,
-                   revision: int | None = None) -> logs_pb2.LogRecord:
+                   run: dict[str, Any] | None = None) -> logs_pb2.LogRecord:
     """An evaluation that could not be made (judge timeout, parse error): ``error.type`` set,
     no score. ``name``: the judge (``trace``) or ``judge.<judge>``; only the judge fails.
-    ``revision``: the trace's revision judged, as the judge's grades name it
-    (``otel_eval.trace.revision``), when known."""
+    ``run``: the run judged as the judge's grades name it (``run_stamps``: its revision and
+    why it was cut), when known."""
     judge = name if name.startswith("judge.") else f"judge.{name}"
     attrs: dict[str, Any] = {"gen_ai.evaluation.name": name, "error.type": error_type,
                              "gen_ai.evaluation.explanation": explanation,
-                             **provenance(judge, version, LLM_JUDGE)}
-    if revision is not None:
-        attrs["otel_eval.trace.revision"] = revision
+                             **provenance(judge, version, LLM_JUDGE), **(run or {})}
     return _record(trace_id, span_id, "warning", time_ns, attrs)
 
 
@@ -336,7 +353,9 @@ class EvaluationEvents:
                           explanation: str) -> None:
         """One record with ``error.type`` for an evaluation that failed (e.g. the judge)."""
         rec = failure_record(trace.trace_id, model.run_span_id(trace.spans), name, error_type,
-                             explanation, self.version, time.time_ns(), trace.revision)
+                             explanation, self.version, time.time_ns(),
+                             _run(trace.revision,
+                                  trace.release_reason if trace.status != "complete" else ""))
         self._submit([rec])
 
     def export_session(self, record: dict[str, Any], trace_id: str, span_id: str,

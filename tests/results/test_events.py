@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import grpc
@@ -323,3 +324,31 @@ def test_every_judge_record_of_a_reopened_run_names_its_revision(
     revisions = {a["gen_ai.evaluation.name"]: a.get("otel_eval.trace.revision")
                  for a in (attributes_to_dict(r.attributes) for r in _records(downstream))}
     assert revisions == {"trace": 1, "step": 1}
+
+
+def test_every_record_of_a_cut_run_names_why_it_was_released(downstream: Capture) -> None:
+    """A run otel-eval cut for room (``pressure``) is judged on what came before the cut, as
+    the v1 object's ``release_reason`` and the pass-through root's
+    ``otel_eval.trace.release_reason`` say; its events (findings, verdict, the judge's grades
+    and failures) said nothing of it, so a consumer of the events could not tell a cut run's
+    verdict from a whole run's. Each carries ``otel_eval.trace.release_reason``, and a whole
+    run's none; one sent again from the stored object carries the same."""
+    ev = evaluation()
+    ev.trajectory.status, ev.trajectory.release_reason = "truncated", "pressure"
+    ev.judge = {"model": "m", "judges": {
+        "trace": {"status": "ok", "scores": {"trace": 0.7},
+                  "critiques": [{"dimension": "trace", "score": 0.7, "text": "ok"}]},
+        "step": {"status": "timeout", "error": "no answer in 30 s"}}}
+    again = stored_evaluation(trace(), json.loads(ev.to_json_text()))
+    whole = evaluation()
+    whole.trajectory.release_reason = "root_ended"
+    events = EvaluationEvents(_config(downstream), Metrics(), evaluator_version="1")
+    events.start()
+    for e in (ev, again, whole):
+        events.export(trace(), e)
+        events.export_judge(e, ROOT, 0.5)
+    events.shutdown(5.0)
+    reasons = [attributes_to_dict(r.attributes).get("otel_eval.trace.release_reason")
+               for r in _records(downstream)]
+    # a cut run's 3 findings, its verdict and 2 judge records, twice; the whole run's 4
+    assert Counter(reasons) == {"pressure": 12, None: 4}
