@@ -552,3 +552,46 @@ def test_a_run_otel_eval_cut_for_room_is_no_run_that_did_not_end(tmp_path: Path)
         assert h.sample("otel_eval_detector_findings_total", detector="evaluation",
                         kind="run_cut", severity="info", **labels) == 1
         assert h.sample("otel_eval_traces_non_terminated_total", **labels) == 0
+
+
+def test_the_rest_of_a_run_cut_for_room_makes_it_whole_and_counts_it_once(
+        tmp_path: Path) -> None:
+    """A run pushed out by ``release_oldest`` (reason ``overflow``) before its last calls and
+    its root came: the rest, within ``reopen_window_s``, re-opens it. The stored result (API,
+    ``show``) is then the whole run's (``complete``, its loop, failed); the run metrics keep
+    the one count of its first evaluation, the cut, and the whole run counts only as
+    superseded (docs/evaluation-limits.md): nothing counted twice."""
+    trace, root = "a" * 32, f"{1:016x}"
+
+    def tool(i: int, query: str = "x") -> Span:
+        return Span(trace, f"{i:016x}", root, "execute_tool search", 1_000 * i, 1_000 * i + 10,
+                    resource={"service.name": "agents"},
+                    attributes={"gen_ai.operation.name": "execute_tool",
+                                "gen_ai.tool.name": "search",
+                                "gen_ai.tool.call.arguments": f'{{"q": "{query}"}}'})
+    agent = Span(trace, root, None, "invoke_agent a", 500, 20_000,
+                 resource={"service.name": "agents"},
+                 attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"})
+    with running_service(tmp_path, **{"assembly.max_open_traces": 1,
+                                      "assembly.overflow_policy": "release_oldest"}) as h:
+        assert _send(h, [tool(2, "a"), tool(3, "b")]) is None  # two calls, not the root
+        assert _send(h, _trace(100, 1, "other")) is None  # no slot: the run is pushed out
+        assert h.svc.engine.process() == 1
+        cut = h.svc.store.get(trace)
+        assert cut is not None
+        assert (cut["status"], cut["release_reason"], cut["verdict"]["passed"]) == (
+            "truncated", "overflow", True)
+        assert _send(h, [tool(4), tool(5), tool(6), agent]) is None  # the rest: re-opened
+        h.release()
+        whole = h.svc.store.get(trace)
+        assert whole is not None
+        assert (whole["status"], whole.get("release_reason"), whole["revision"]) == (
+            "complete", None, 1)
+        assert whole["verdict"]["passed"] is False
+        assert any(f["detector"] == "loop" for f in whole["findings"])
+        counted = {"service": "agents", "agent": "unknown"}  # no agent span before the cut
+        assert h.sample("otel_eval_traces_completed_total", status="truncated", **counted) == 1
+        assert h.sample("otel_eval_traces_completed_total", status="complete", **counted) == 0
+        assert h.sample("otel_eval_traces_verdicts_total", verdict="passed", **counted) == 1
+        assert h.sample("otel_eval_traces_with_loop_total", **counted) == 0
+        assert h.sample("otel_eval_traces_superseded_total", service="agents", agent="a") == 1
