@@ -198,6 +198,23 @@ def test_a_run_that_ended_with_spans_cut_is_no_run_that_did_not_end() -> None:
     assert f.kind == "truncated" and f.kind in NOT_ENDED_KINDS
 
 
+def test_a_called_run_that_ended_past_the_span_limit_is_no_run_that_did_not_end() -> None:
+    """Assembly releases a run ``truncated`` with reason ``trace_too_large`` only when it
+    ended (it would be ``complete``, spans past ``assembly.max_spans_per_trace`` unread). An
+    agent called from an upstream service (its entry span's parent remote: an API behind a
+    traced gateway) so released got ``non_termination/truncated``, counted among the runs
+    that did not end (the non-termination metric and alert) for every such run over the
+    limit: only a root with no parent was read as ended. The reason says the run ended."""
+    t = traj(llm("x"), status="truncated")
+    t.steps[0].parent_span_id, t.steps[0].end_ns = "f" * 16, 5_000_000  # called, and ended
+    t.release_reason = "trace_too_large"
+    [f] = non_termination.detect(t, DetectorsConfig(), Context())
+    assert (f.detector, f.kind, f.severity) == ("evaluation", "spans_cut", "info")
+    t.release_reason = "max_duration"  # cut while its caller's run went on: not the end
+    assert kinds(non_termination.detect(t, DetectorsConfig(), Context())) == [
+        "non_termination/truncated"]
+
+
 @pytest.mark.parametrize("reason", ["overflow", "pressure", "service_share"])
 def test_a_run_otel_eval_cut_while_it_went_on_is_a_note(reason: str) -> None:
     """A run otel-eval pushed out for room or missing spans refused for a share, its root not

@@ -13,11 +13,12 @@ failed call's message whatever followed; an answer no span recorded, as the AI S
 was recorded and is empty (``no_output``: an output the instrumentation did not record is
 unknown, not empty, and proves nothing). The last LLM call of a trace released ``truncated`` is
 not its run's last (the run went on past the cut): no finding is drawn from it. A truncated
-trace whose root (a span without a parent) ended is a run that ended with spans of it unread
-(past ``assembly.max_spans_per_trace``, or refused for their service's share): its finding
-is the note ``evaluation/spans_cut`` (info: it describes the measurement, not the agent),
-not ``truncated``: not counted as a run that did not end, nor one that did not finish on its
-own terms (``p_success``), nor a ``non_termination`` finding for ``--fail-on``.
+trace whose root (a span without a parent) ended, or released ``trace_too_large`` (given only
+to a run that ended, its entry span called from upstream too), is a run that ended with spans
+of it unread (past ``assembly.max_spans_per_trace``, or refused for their service's share):
+its finding is the note ``evaluation/spans_cut`` (info: it describes the measurement, not the
+agent), not ``truncated``: not counted as a run that did not end, nor one that did not finish
+on its own terms (``p_success``), nor a ``non_termination`` finding for ``--fail-on``.
 A run otel-eval itself cut while it went on (``results.OWN_CUT_REASONS``: pushed out by
 ``release_oldest`` (``overflow``), given way under slot pressure (``pressure``), or missing
 spans refused for their service's share (``service_share``)) is no evidence of how it ended
@@ -72,6 +73,14 @@ def _root(trajectory: Trajectory) -> Step | None:
     return trajectory.root_step
 
 
+def _ended(trajectory: Trajectory, root: Step | None) -> bool:
+    """Whether a truncated run ended: released ``trace_too_large`` (assembly gives it only to
+    a run it saw end: its entry ended, whatever called it), or its own root (no parent)
+    ended. An entry whose parent is remote may end while its caller's run goes on."""
+    return trajectory.release_reason == "trace_too_large" or (
+        root is not None and root.end_ns > 0 and root.parent_span_id is None)
+
+
 def _status(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:
     root = _root(trajectory)
     ids = [root.span_id] if root else []
@@ -79,8 +88,7 @@ def _status(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:
     if trajectory.status == "incomplete":
         return [Finding("non_termination", "incomplete", "error",
                         "the run never finished: the root span did not end", ids, idx)]
-    if trajectory.status == "truncated" and root is not None and root.end_ns > 0 \
-            and root.parent_span_id is None:  # the run's own root ended: the run did end
+    if trajectory.status == "truncated" and _ended(trajectory, root):
         return [Finding("evaluation", "spans_cut", "info",
                         "the run ended, but spans or events of it were not read (past the "
                         "per-trace limit, or refused for their service's share): not the whole run",
