@@ -4,11 +4,17 @@ finding (docs/guide.md, "Deploy behind your collector")."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
-from conformance import hung
+from conformance import corpus, hung
 
 from otel_eval.app.config import Config
 from otel_eval.base.model import Trace
+from otel_eval.decode.otlp import decode_request
+from otel_eval.decode.otlp_json import request_from_dict
 from otel_eval.evaluate.evaluator import Evaluator
 
 
@@ -113,3 +119,36 @@ def test_a_failed_call_whose_tool_span_is_missing_is_still_a_failure(stack: str)
     assert {f.kind for f in ev.findings if f.detector == "recovery"} == {"recovered"}
     assert not [f for f in ev.findings if f.kind == "root_error"]
     assert ev.verdict.passed
+
+
+def _span_dicts(recording: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for item in recording["requests"]:
+        if item["signal"] == "traces":
+            for rs in item["body"].get("resourceSpans", ()):
+                for ss in rs.get("scopeSpans", ()):
+                    yield from ss.get("spans", ())
+
+
+def _evaluated(recording: dict[str, Any]) -> dict[str, Any]:
+    spans = [s for item in recording["requests"] if item["signal"] == "traces"
+             for s in decode_request(request_from_dict(item["body"])).spans]
+    ev = Evaluator(Config()).evaluate(Trace("9a" * 16, spans, "complete"))
+    assert ev is not None
+    out = ev.to_json()
+    out.pop("evaluated_at_unix_nano", None)
+    return out
+
+
+def test_the_sampled_flag_is_not_read() -> None:
+    """The Python SDK writes no W3C sampled bit in a span's ``flags`` (only the parent's
+    remote bits), though it exported the span: read as "not sampled", every span of a Python
+    agent would be skipped. The same run with the bit set on every span is evaluated alike
+    (docs/evaluation-limits.md, "Sampled and unsampled spans")."""
+    recording = corpus.recording("openai-agents", "clean")
+    assert {d.get("flags", 0) & 0xFF for d in _span_dicts(recording)} == {0}
+    sampled = copy.deepcopy(recording)
+    for d in _span_dicts(sampled):
+        d["flags"] = d.get("flags", 0) | 1
+    unsampled = _evaluated(recording)
+    assert unsampled["counts"]["steps"] == 1 and unsampled["verdict"]["passed"]
+    assert _evaluated(sampled) == unsampled
