@@ -118,6 +118,12 @@ class Step:
     # smolagents' python_interpreter block): a step of the run, not a tool call (the calls of
     # known tools in it are, marked ``in_code``)
     code_block: bool = False
+    # an agent step that ran a tool call of the agent above it, its span beside the call's
+    # rather than under it (``trajectory.delegations``: Agno's team member, a CrewAI coworker,
+    # a Haystack Agent run as a tool): its steps are the call's, not steps of the run
+    # (``action_steps``), as those under a tool span are; the loop and recovery rules still
+    # compare its calls (``top_level_tool_steps``); not part of the v1 object
+    delegated: bool = False
     convention: str = "unknown"
     # the instrumentation scope of its span (two instrumentations of one client may both
     # speak GenAI: ``trajectory.llm_twins``); not part of the v1 object
@@ -295,9 +301,10 @@ class Trajectory:
     def tool_steps(self) -> list[Step]:
         return [s for s in self.steps if s.kind == "tool"]
 
-    def top_level_tool_steps(self) -> list[Step]:
+    def top_level_tool_steps(self, beside: bool = False) -> list[Step]:
         """Tool steps not nested (at any depth) under another tool step, but for the calls an
-        interpreter tool's code made (``Step.in_code``: ``code_actions``).
+        interpreter tool's code made (``Step.in_code``: ``code_actions``); with ``beside``,
+        nor under an agent step a call ran beside its span (``Step.delegated``: the steps).
 
         One pass in step order (tree order: a parent comes before its children) remembers for
         each span whether a tool step is at or above it, so a chain of n nested spans costs n,
@@ -329,7 +336,7 @@ class Trajectory:
                 out.append(s)  # a call made from an interpreter tool's code is a call
             # rebuilt tool steps share their LLM step's span id: the first entry decides
             if s.span_id not in under_tool:
-                under_tool[s.span_id] = known or s.span_id in tools
+                under_tool[s.span_id] = known or s.span_id in tools or (beside and s.delegated)
         return out
 
     @property
@@ -338,9 +345,10 @@ class Trajectory:
         run list, ``show``, ``--budget steps``, ``otel_eval_trace_steps``): the agent's own
         actions, its top-level tool steps, a code action counted once (not the calls of known
         tools made from its code, nor the tool spans nested under a tool, such as a
-        sub-agent's). LLM calls are not steps: they are counted as LLM calls."""
+        sub-agent's, nor a delegated sub-agent's beside its call: one delegation is one
+        step). LLM calls are not steps: they are counted as LLM calls."""
         out = []
-        for s in self.top_level_tool_steps():
+        for s in self.top_level_tool_steps(beside=True):
             if not s.in_code:
                 out.append(s)
         return out

@@ -41,6 +41,9 @@ output are read last. Promises:
 - tool calls made by code actions (Python blocks of smolagents' CodeAgent, the bash block of
   mini-swe-agent) that no span ran are rebuilt the same way (``trajectory.code_actions``),
   what was read counted in ``Trajectory.code_actions``;
+- an agent step that a tool call of the agent above it ran, its span beside the call's (in
+  the call's time, or a rebuilt call's: before its agent's next LLM call), is
+  ``Step.delegated`` (``trajectory.delegations``): its steps are the call's, not the run's;
 - the root is ``model.local_root`` (``root_span_id``, ``root_step``), the span results are
   attached to ``model.run_span_id``; the agent is the top agent (never a called service's
   whose client span is lost, nor a remote agent, kind client, whose caller is not in the

@@ -18,6 +18,7 @@ from otel_eval.base.steps import Step, ToolCall
 from otel_eval.evaluate.conventions.messages import answer_of, answer_text
 from otel_eval.evaluate.trajectory.arguments import settle, take_off_envelopes
 from otel_eval.evaluate.trajectory.code_actions import last_message_text, rebuild_code_actions
+from otel_eval.evaluate.trajectory.delegations import mark_delegations
 from otel_eval.evaluate.trajectory.envelopes import take_off_result, take_off_results
 from otel_eval.evaluate.trajectory.links import coerce_arguments, join_calls, merge_nested_calls
 from otel_eval.evaluate.trajectory.prices import price_steps
@@ -179,6 +180,10 @@ def _rebuild_code_actions(draft: Draft) -> None:
                                                            draft.set_aside)
 
 
+def _mark_delegations(draft: Draft) -> None:
+    mark_delegations(draft.steps, draft.scope)
+
+
 def _settle_values(draft: Draft) -> None:
     settle_values(draft.steps)
 
@@ -226,6 +231,8 @@ PASSES = (
          "joined (Draft.ran) and results looked up (Draft.responses over the same steps)"),
     Pass("rebuild_code_actions", _rebuild_code_actions,
          "tool calls rebuilt: a code action's call a step already ran is not made twice"),
+    Pass("mark_delegations", _mark_delegations,
+         "every call is a step (rebuilt from replies and code too): the calls that ran agents"),
     Pass("settle_values", _settle_values,
          "everything looked up or rebuilt and the LLM outputs read for calls and code"),
     Pass("price_steps", _price_steps,
