@@ -7,12 +7,24 @@ parsed: what decoding it will hold is known before protobuf allocates it.
 three levels are walked, every other field skipped by its length, so the walk costs a step
 per item, never per byte; it stops once ``stop`` items are counted. A body that is no such
 request is counted as far as it goes: the parse that follows refuses it.
+
+``count_messages`` bounds every nested message of such a request (an attribute, an event, a
+link, an ``AnyValue`` in an array...) without walking them: each begins with its tag, one of
+``MESSAGE_TAGS``, so counting those bytes (``bytes.count``, C, no Python step per item) counts
+them all, and a string's bytes that happen to be tags too (an upper bound).
 """
 
 from __future__ import annotations
 
 _LEN = 2  # wire type of a length-delimited field
 _ITEMS = {1: (1,), 2: (2, 1000), 3: (2,)}  # depth -> the fields walked into (3: counted)
+# The one-byte tags (field << 3 | 2) of every message-typed field of the OTLP trace and logs
+# requests: fields 1 (resource_*, resource, scope, ArrayValue / KeyValueList values,
+# attributes of a resource), 2 (scope_*, spans, log_records, KeyValue.value), 3 (an event's
+# and a scope's attributes), 5 (a link's attributes, AnyValue.array_value, a log record's
+# body), 6 (AnyValue.kvlist_value, a log record's attributes), 9, 11, 13 (a span's
+# attributes, events, links); a span's status (15) is one per span, charged with it.
+MESSAGE_TAGS = tuple(bytes([f << 3 | _LEN]) for f in (1, 2, 3, 5, 6, 9, 11, 13))
 
 
 def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
@@ -59,3 +71,9 @@ def count_items(body: bytes, stop: int) -> int:
         return _count(body, 0, len(body), 1, stop)
     except ValueError:  # malformed: the parse says so
         return 0
+
+
+def count_messages(body: bytes) -> int:
+    """Nested messages in the request ``body``, at most (module docstring): C's speed, a
+    pass over the bytes per tag."""
+    return sum(map(body.count, MESSAGE_TAGS))

@@ -4,9 +4,15 @@ spans ~19x: 13 MiB held 244 MiB; empty spans ~90x in the parse alone), which nei
 HTTP bodies budget nor gRPC's message limit counts.
 
 A protobuf request is charged before it is parsed, by what decoding it will hold:
-``PARSED_BYTES_PER_BYTE`` per byte (protobuf's copy of the request) and ``SPAN_HELD_BYTES``
-per span or log record (counted on the wire, ``decode.wirecount``: a parsed message and
-its decoded span each cost ~0.2 and ~0.8 KiB whatever its size on the wire). The charge is
+``PARSED_BYTES_PER_BYTE`` per byte (the parse aliases the request's strings; the decoded spans
+copy their bytes), ``MESSAGE_HELD_BYTES`` per nested message and ``SPAN_HELD_BYTES`` per span
+or log record (counted on the wire, ``decode.wirecount``: a parsed message and its decoded
+span each cost ~0.2 and ~0.8 KiB whatever its size on the wire). A nested message, an
+attribute, an event, a link or an array's value, holds ~50-85 bytes parsed whatever its size
+(an empty one is 2 bytes on the wire: ~25-40x), twice that when a span's invalid UTF-8 makes
+the parse salvage the rest (a lenient copy beside the real one); they are counted by their
+tags (``count_messages``, an upper bound: ~3.7 % of an LLM agent's request bytes are such
+tags, ~7 B a byte charged). The charge is
 given back once the engine answered (what it took, its pending budget counts). A request
 whose charge alone passes the budget is refused as too large (never retried); one that
 would pass it with the requests being decoded is throttled (retryable; reason
@@ -28,11 +34,16 @@ from contextlib import contextmanager
 from typing import Literal
 
 from otel_eval.assemble.assembler import SPAN_HELD_BYTES
-from otel_eval.decode.wirecount import count_items
+from otel_eval.decode.wirecount import count_items, count_messages
 
-# protobuf's parse of a request, per byte of it: ~2.6 bytes measured (minimal spans),
-# the request's bytes included
-PARSED_BYTES_PER_BYTE = 3
+# what decoding a request holds per byte of it, beyond its messages: ~1 measured (a 20 MB
+# string: the parse aliases it, the decoded span copies its bytes); the request itself is
+# counted where it is received (the HTTP bodies, gRPC's messages)
+PARSED_BYTES_PER_BYTE = 2
+# per nested message (its tag counted on the wire): ~84 bytes measured at most (an empty link),
+# ~160 parsed twice to salvage a request with invalid UTF-8 (tests/receiver/
+# test_decoding_budget.py)
+MESSAGE_HELD_BYTES = 192
 # json.loads and ParseDict of an OTLP/JSON request, per byte, per object and per list, at
 # most (measured: ~0.75 of this charge at worst, a list of floats; module docstring)
 JSON_BYTES_PER_BYTE = 16
@@ -53,7 +64,7 @@ class DecodeBudget:
 
     def cost(self, body: bytes) -> int:
         """What decoding ``body`` holds at worst; counting stops past the budget."""
-        parsed = len(body) * PARSED_BYTES_PER_BYTE
+        parsed = len(body) * PARSED_BYTES_PER_BYTE + count_messages(body) * MESSAGE_HELD_BYTES
         room = max(0, self.max_bytes - parsed) // SPAN_HELD_BYTES + 1
         return parsed + count_items(body, room) * SPAN_HELD_BYTES
 

@@ -6,9 +6,13 @@ hold at once over both receivers, charged before the parse (``receive.decoding``
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import grpc
+import pytest
 from google.rpc import error_details_pb2, status_pb2
 from support.harness import running_service
 from test_receivers import _post, _raw_export, _spans
@@ -17,6 +21,7 @@ from otel_eval.decode import encode, otlp
 from otel_eval.receive.decoding import DecodeBudget, json_cost
 
 PB = "application/x-protobuf"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _empty_spans(n: int) -> bytes:
@@ -30,7 +35,8 @@ def test_a_request_charges_its_spans_counted_on_the_wire() -> None:
     budget = DecodeBudget(1 << 30)
     body = _empty_spans(1000)
     assert budget.cost(body) >= 1000 * 1024  # ~0.2 KiB parsed + ~0.8 KiB decoded per span
-    assert DecodeBudget(10_000).cost(body) < 20_000  # the count stops past the budget
+    # the count stops past the budget: ~0.2 MB its messages, and 1 KiB a span counted
+    assert DecodeBudget(300_000).cost(body) < 400_000 < budget.cost(body)
 
 
 def test_a_request_whose_decoding_passes_the_budget_is_refused_too_large(
@@ -63,7 +69,7 @@ def test_requests_being_decoded_share_one_budget_over_both_receivers(
         budget = h.svc.grpc.ingest.decoding
         assert budget is not None
         # another request being decoded holds most of the budget
-        with budget.charged(_empty_spans(63)) as refused:
+        with budget.charged(_empty_spans(50)) as refused:  # 61 of its 64 KiB
             assert refused == ""
             _, err = _raw_export(h, small)
             assert err is not None and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -99,3 +105,51 @@ def test_an_otlp_json_request_is_charged_to_the_budget(tmp_path: Path) -> None:
         assert h.sample("otel_eval_receiver_requests_refused_total", protocol="http",
                         reason="too_large") == 2
         assert _post(h.http_url, b'{"resourceSpans":[]}', "application/json")[0] == 200
+
+
+# A fresh interpreter parses and decodes the request and prints what its resident memory grew
+# by and what the budget charges it (protobuf's arena is C memory: tracemalloc misses it).
+_HELD = """
+import sys
+from otel_eval.decode import otlp
+from otel_eval.receive.decoding import DecodeBudget
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+body = sys.stdin.buffer.read()
+before = rss()
+req, _ = otlp.parse_request(body)
+decoded = otlp.decode_request(req)
+print(rss() - before, DecodeBudget(1 << 40).cost(body))
+"""
+
+
+def _ld(field: int, payload: bytes) -> bytes:
+    return otlp._varint(field << 3 | 2) + otlp._varint(len(payload)) + payload
+
+
+def _span(extra: bytes) -> bytes:
+    return _ld(1, bytes(range(1, 17))) + _ld(2, bytes(range(1, 9))) + extra
+
+
+@pytest.mark.parametrize("nested", [
+    b"\x4a\x00",  # an empty attribute: ~50 bytes parsed for its 2
+    b"\x5a\x00",  # an empty event: ~60
+    b"\x6a\x00",  # an empty link: ~84 (the span is then refused, invalid_link_id)
+    _ld(9, _ld(1, b"k") + _ld(2, _ld(5, b"\x0a\x00" * 100))),  # an array of empty values
+], ids=["attributes", "events", "links", "array"])
+@pytest.mark.parametrize("invalid_utf8", [False, True], ids=["parsed", "salvaged"])
+def test_the_charge_holds_what_decoding_nested_messages_holds(nested: bytes,
+                                                              invalid_utf8: bool) -> None:
+    """One span of many empty nested messages held ~25-40x its bytes once parsed (the
+    invalid UTF-8 of another span, parsed twice to salvage the rest, up to ~80x), charged
+    3 B a byte and 1 KiB a span: every nested message is charged now, counted by its tag."""
+    spans = _ld(2, _span(nested * (1_000_000 // len(nested))))
+    if invalid_utf8:
+        spans = _ld(2, _span(_ld(5, b"\xff"))) + spans
+    body = _ld(1, _ld(2, spans))
+    out = subprocess.run([sys.executable, "-c", _HELD], input=body, capture_output=True,
+                         check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    held, charged = map(int, out.stdout.split())
+    assert held > 20 * len(body)  # the case is what it says: nested messages held
+    assert charged >= held, (held, charged)
