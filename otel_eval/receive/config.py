@@ -15,8 +15,9 @@ from otel_eval.receive.security import (
     token_problems,
 )
 
-# receiver.max_decoding_bytes per byte of receiver.max_message_bytes, at least: a request's
-# parse (~3 bytes a byte, ``receive.decoding``) and its spans decoded at 1 KiB on average
+# receiver.max_decoding_bytes per byte of receiver.max_message_bytes, at least: a floor
+# against a budget that refuses most requests the size limit takes, not a guarantee (a request
+# is charged by its content, ``receive.decoding``: ~10x its bytes for an LLM agent's spans)
 DECODING_PER_MESSAGE_BYTE = 4
 
 
@@ -71,11 +72,14 @@ class ReceiverConfig:
     # its bytes once decoded, one of empty attributes ~25x). A request that would pass
     # it is answered 429 / RESOURCE_EXHAUSTED with RetryInfo (throttle reason `decoding`);
     # one past it alone 413 / RESOURCE_EXHAUSTED (refused reason `too_large`). At least
-    # 4 x max_message_bytes (checked at start): a protobuf request of that size decodes
-    # within it with spans of 1 KiB on average. An OTLP/JSON request is charged 16 bytes per
-    # byte, 1 KiB per `{` and 256 bytes per `[` (what parsing it holds at worst, whatever its
-    # content), so a JSON body over a sixteenth of it is refused: send larger batches as
-    # protobuf. Default 256 MiB.
+    # 4 x max_message_bytes (checked at start), yet that does not make every request the
+    # size limit takes fit: the charge is by content. An LLM agent's spans (~2.4 KB each,
+    # the conformance recordings) are charged ~10x their bytes, spans of ~90 bytes with one
+    # attribute ~34x: a protobuf request of such spans larger than a tenth (a 34th) of this
+    # is refused too_large whatever max_message_bytes allows. An OTLP/JSON request is
+    # charged 16 bytes per byte, 1 KiB per `{` and 256 bytes per `[` (what parsing it holds
+    # at worst, whatever its content), so a JSON body over a sixteenth of it is refused:
+    # send larger batches as protobuf. Default 256 MiB.
     max_decoding_bytes: int = 256 * 1024 * 1024
     # Threads serving gRPC calls. Decoding is CPU bound (GIL), so more threads only add
     # queueing; a handful keeps slow clients from blocking fast ones.

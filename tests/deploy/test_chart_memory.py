@@ -53,3 +53,26 @@ def test_grpc_calls_waiting_for_a_worker_thread_are_counted() -> None:
     small = build(Config, {"receiver": {"max_message_bytes": 2**20}})
     grpc_parts = {k: n for k, n in worst_case(small).items() if "gRPC" in k}
     assert sum(grpc_parts.values()) == 64 * 2**20  # each call at most its message
+
+
+def test_a_request_the_chart_takes_fits_its_decoding_budget() -> None:
+    """A request of LLM agent spans as large as ``max_message_bytes`` is not refused
+    ``too_large`` by ``max_decoding_bytes`` alone (charged by content, ``receive.decoding``):
+    the conformance recordings as one request stand for such spans (~10x charged). The
+    chart's 16 MiB under 128 MiB refused them: ~152 MiB charged."""
+    from cost import work
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from otel_eval.receive.decoding import DecodeBudget
+    request = ExportTraceServiceRequest()
+    for requests in work.conformance_requests():
+        for signal, one in requests:
+            if signal == "traces":
+                request.MergeFrom(one)
+    body = request.SerializeToString()
+    receiver = build(Config, yaml.safe_load((CHART / "values.yaml").read_text())["config"]
+                     ).receiver
+    per_byte = DecodeBudget(1 << 40).cost(body) / len(body)
+    assert per_byte * receiver.max_message_bytes <= receiver.max_decoding_bytes, per_byte
