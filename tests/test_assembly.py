@@ -664,3 +664,41 @@ def test_the_deadline_heap_is_bounded_by_the_open_traces() -> None:
         a.tick(second)
     assert len(a) <= 1100  # the last grace_s seconds' runs
     assert len(a._heap) <= 2 * len(a) + 1024, len(a._heap)
+
+
+def test_released_log_records_are_charged_what_they_hold() -> None:
+    """A held log record costs ~350 bytes beyond its bytes as received (``HeldRecord``, its
+    ids and name, its key in its trace's set): a released trace's records were charged to
+    ``max_released_bytes`` by their bytes alone, so traces of many small records held
+    several times the bound."""
+    from otel_eval.base.model import LogEvent
+    from otel_eval.decode.otlp_logs import hold
+
+    def records(trace: str) -> list:
+        return [hold(LogEvent(trace, f"{2:016x}", "gen_ai.choice", 1_000 + i, {},
+                              {"index": 0, "message": {"content": str(i)}}))
+                for i in range(100)]
+
+    bound = 1024 * 1024
+    a = TraceAssembler(dataclasses.replace(
+        CFG, max_log_records_per_trace=1000, max_open_traces=10_000,
+        max_released_traces=10_000, max_released_bytes=bound, max_tombstones=0,
+        reopen_window_s=1e9))
+    a.add([span(T1, 1)], now=0)
+    a.add_logs(records(T1), now=0)
+    a.tick(100)  # every code path warm first
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for t in range(200):
+            trace = f"{t + 1:032x}"
+            a.add([span(trace, 1)], now=0)
+            a.add_logs(records(trace), now=0)
+        a.tick(200)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert 0 < a.released_bytes <= bound
+    assert held <= bound * 1.1, held

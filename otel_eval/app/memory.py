@@ -1,7 +1,7 @@
 """What the bounds let ``serve``'s process tree hold in memory at worst, in one place.
 
 Each part is a bound of the configuration times what one item it counts costs in memory
-(measured: ``assembler.SPAN_HELD_BYTES``, ``assembler.ID_HELD_BYTES``, ``RECORD_HELD_BYTES``),
+(measured: ``assembler.SPAN_HELD_BYTES``, ``ID_HELD_BYTES``, ``RECORD_HELD_BYTES``),
 or a measured figure (the idle tree, the issues job's peak). The parts may all be full at
 once (a slow store fills pending, the judge and the exporters while traffic goes on), so
 their sum is what a container's memory limit must hold: the chart's default config is kept
@@ -16,7 +16,7 @@ protobuf and OTLP/JSON, are within ``receiver.max_decoding_bytes``.
 from __future__ import annotations
 
 from otel_eval.app.config import Config
-from otel_eval.assemble.assembler import ID_HELD_BYTES, SPAN_HELD_BYTES
+from otel_eval.assemble.assembler import ID_HELD_BYTES, RECORD_HELD_BYTES, SPAN_HELD_BYTES
 
 MIB = 1024 * 1024
 # serve and one evaluation worker, the judge's litellm imported (judge.model): serve ~265 MiB
@@ -26,9 +26,6 @@ MIB = 1024 * 1024
 IDLE_BYTES = 300 * MIB
 # the issues job's peak over 3,000 distinct critiques (``issues.max_exact``), bench/README.md
 ISSUES_BYTES = 432 * MIB
-# memory one held GenAI log record costs beyond its bytes as received (``HeldRecord``, its
-# ids and name, its key in its trace's set): ~350 bytes measured for a small one
-RECORD_HELD_BYTES = 512
 # what grpc's C core reads of a gRPC call's message while the call waits for a worker thread
 # (its HTTP/2 stream window; the message whole when smaller): ~8 MiB measured per call,
 # grpcio 1.85, 63 calls of 32 MiB queued behind one busy thread held +507 MiB

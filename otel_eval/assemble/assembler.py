@@ -92,6 +92,10 @@ if TYPE_CHECKING:  # records come held (decode.otlp_logs); the assembler only re
 # memory of released traces kept for re-opening: a trace of many small spans held ~16x its
 # bytes as received.
 SPAN_HELD_BYTES = 1024
+# Memory one held GenAI log record costs beyond its bytes as received (``HeldRecord``, its
+# ids and name, its key in its trace's set): ~350 bytes measured for a small one. Charged to
+# max_released_bytes with the record's bytes (tests/test_assembly.py).
+RECORD_HELD_BYTES = 512
 # Memory one remembered trace id costs (a tombstone, or a cut mark): its 32-character str
 # and its place in an ordered dict, ~180-250 bytes measured as the table fills
 # (tests/test_assembly.py); the default million tombstones hold up to ~250 MB, and as many
@@ -165,8 +169,8 @@ class _Released:
     # released ``complete``: an item it has no room for cuts it (re-opened, released again
     # ``truncated``); any other is refused without re-opening it (nothing would change)
     complete: bool = False
-    # its spans' and records' bytes as received, and ``SPAN_HELD_BYTES`` per span
-    # (``max_released_bytes``)
+    # its spans' and records' bytes as received, ``SPAN_HELD_BYTES`` per span and
+    # ``RECORD_HELD_BYTES`` per record (``max_released_bytes``)
     nbytes: int = 0
 
 
@@ -851,7 +855,7 @@ class TraceAssembler:
                 now, tr.spans, tr.revision, tr.sender, tr.logs, trace.finished, tr.log_keys,
                 tr.cut, tr.root_ended, tr.full, status == "complete",
                 sum(s.nbytes for s in tr.spans.values()) + tr.log_bytes
-                + SPAN_HELD_BYTES * len(tr.spans)))
+                + SPAN_HELD_BYTES * len(tr.spans) + RECORD_HELD_BYTES * len(tr.logs)))
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)
         self._forget(now)

@@ -57,9 +57,9 @@ class AssemblyConfig:
     # Recently released traces kept (with their spans) for re-opening: bounds reopen memory.
     max_released_traces: int = 20_000
     # Bytes of the spans and GenAI log records those released traces hold (as received, and
-    # 1 KiB more per span: what a held span costs beyond its bytes): the oldest are
-    # forgotten past it (their late spans then refused `late`, as past reopen_window_s), so
-    # reopen memory is bounded in bytes, not only in traces.
+    # 1 KiB more per span, 0.5 KiB per record: what each costs held beyond its bytes): the
+    # oldest are forgotten past it (their late spans then refused `late`, as past
+    # reopen_window_s), so reopen memory is bounded in bytes, not only in traces.
     max_released_bytes: int = 256 * 1024 * 1024
     # Ids of released traces remembered (no spans) so that very late spans are refused as
     # `late` instead of starting a fragment that would replace a full evaluation. Memory: up
