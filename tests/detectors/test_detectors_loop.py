@@ -244,6 +244,31 @@ def test_configured_tool_names_are_case_insensitive() -> None:
     assert f.kind == "repeated_action"
 
 
+@pytest.mark.parametrize("between", ["checkout_cart", "Checkout", "checkpoint_save",
+                                     "listen_for_events", "showcase_item"])
+def test_a_tool_whose_name_only_starts_with_a_read_only_word_changes_state(
+        between: str) -> None:
+    """``read_only_prefixes`` name the first word of a tool's name: ``checkout_cart`` starts
+    with the letters of "check" but is no check, so the same lookup around it is no loop
+    (it read as read-only and made a ``no_progress`` error)."""
+    steps = [tool("get_cart", {"id": 1}, "empty"), tool(between, {"id": 1}, "ok"),
+             tool("get_cart", {"id": 1}, "empty")]
+    assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == []
+
+
+@pytest.mark.parametrize("between", ["check_status", "getUser", "CheckOrder", "page_down",
+                                     "TextInspectorTool", "VisitTool", "inspect_file_as_text",
+                                     "search2", "list-files", "think"])
+def test_a_tool_named_with_a_read_only_word_first_is_read_only(between: str) -> None:
+    """The configured words match the name's first word, however its words are joined
+    (``_``, ``-``, camelCase, a digit); a prefix that ends in a separator (``page_``) or
+    names several words run together (``textinspector``) matches as it is written."""
+    steps = [tool("get_cart", {"id": 1}, "empty"), tool(between, {"id": 1}, "ok"),
+             tool("get_cart", {"id": 1}, "empty")]
+    assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) \
+        == ["loop/no_progress"]
+
+
 # OpenLLMetry records each call the model asked for in its own attribute
 # (gen_ai.completion.0.tool_calls.0.arguments): at an attribute length limit the arguments of
 # three searches for three cities read the same start, the text of an object never closed

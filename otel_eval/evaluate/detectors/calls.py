@@ -118,9 +118,21 @@ def _lowered(names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n.lower() for n in names)
 
 
+@lru_cache(maxsize=16)
+def _first_words(prefixes: tuple[str, ...]) -> re.Pattern[str]:
+    """The configured read-only prefixes as the first word of a tool's name, its letters in
+    any case: the name goes on past it with no lowercase letter (a separator, a digit, a
+    capital of camelCase, or nothing), so ``check`` reads ``check_status`` and ``CheckOrder``
+    but not ``checkout_cart``. A prefix that ends in a separator (``page_``) already ends a
+    word; one of several words run together (``textinspector``) matches as written."""
+    words = [f"(?i:{re.escape(p)})" + ("(?![a-z])" if p[-1].isalnum() else "")
+             for p in prefixes if p]
+    return re.compile("|".join(words) or "(?!)")  # none configured: no tool is read-only
+
+
 def _is_read_only(name: str, text: str | None, loop: LoopConfig) -> bool:
     if text is None:
-        return name.lower().startswith(_lowered(loop.read_only_prefixes))
+        return _first_words(loop.read_only_prefixes).match(name) is not None
     if not _PYTHON_TOOL.search(name):
         # a shell command: read-only when every command of its lists and pipelines is, and
         # no redirection writes a file (``shlex``: quoted "|" or ";" are no separators). The

@@ -166,9 +166,10 @@ class LoopConfig:
         "bash", "shell", "execute_bash", "run_shell_command", "terminal", "python_interpreter",
         "execute_python_code", "code_interpreter", "python",
     )
-    # Tool-name prefixes (case-insensitive) of calls that do not change state. A repeat with
-    # only such calls in between made no progress; any other call counts as a state change
-    # (so re-running the tests after an edit is not a loop).
+    # Tool-name prefixes (case-insensitive) of calls that do not change state, matched as the
+    # name's first word (`check` reads `check_status`, `CheckOrder`, not `checkout_cart`). A
+    # repeat with only such calls in between made no progress; any other call counts as a
+    # state change (so re-running the tests after an edit is not a loop).
     read_only_prefixes: tuple[str, ...] = (
         "get", "read", "search", "list", "find", "fetch", "view", "lookup", "query", "show",
         "describe", "check", "inspect", "visit", "browse", "retrieve", "calculate", "think",
