@@ -238,6 +238,41 @@ REWORDED: list[tuple[str, list[dict[str, Any]], dict[str, Any], list[tuple[str, 
 ]
 
 
+def _replied(*said: tuple[str, str]) -> list[dict[str, Any]]:
+    """Turns of (the user's request, the agent's reply)."""
+    return [{**_turn(n, text=text), "output": reply} for n, (text, reply) in enumerate(said)]
+
+
+def _proposal(back: str, price: int) -> str:
+    return (f"Here are the details: outbound HAT169, return {back}, total ${price}. "
+            "Please confirm if you would like to proceed with these changes.")
+
+
+# tau-bench airline record 94: the user confirmed one proposal, chose another return flight,
+# and confirmed the new proposal; the two confirmations name nothing of their own
+REWORDED += [
+    ("two confirmations of two proposals: two requests", _replied(
+        ("Can you book HAT169 out and HAT088 back?", _proposal("HAT088", 350)),
+        ("Yes, please proceed with these changes.", "HAT088 is full. HAT212 is free."),
+        ("Let's go with Flight HAT212 for the return.", _proposal("HAT212", 325)),
+        ("Yes, please go ahead with these changes.", "Done.")), {}, []),
+    ("the same confirmation of two proposals: two requests", _replied(
+        ("Can you book HAT169 out and HAT088 back?", _proposal("HAT088", 350)),
+        ("Yes, please proceed with these changes.", "HAT088 is full. HAT212 is free."),
+        ("Let's go with Flight HAT212 for the return.", _proposal("HAT212", 325)),
+        ("Yes, please proceed with these changes.", "Done.")), {}, []),
+    ("two confirmations of one proposal made twice", _replied(
+        ("Can you book HAT169 out and HAT088 back?", _proposal("HAT088", 350)),
+        ("Yes, please proceed with these changes.", _proposal("HAT088", 350)),
+        ("Yes, please go ahead with these changes.", "Done.")), {},
+     [("reworded_request", [2, 3])]),
+    ("a request naming its own booking code, whatever came before", _replied(
+        ("please cancel my reservation ZFA04Y today", "Reservation ZFA04Y: $120 back."),
+        ("please cancel my reservation ZFA04Y, today", "Done.")), {},
+     [("reworded_request", [1, 2])]),
+]
+
+
 @pytest.mark.parametrize(("name", "turns", "config", "expected"), REWORDED,
                          ids=[r[0] for r in REWORDED])
 def test_the_user_repeating_or_rewording_a_request(

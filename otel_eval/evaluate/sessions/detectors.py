@@ -18,7 +18,9 @@ config, returning findings that name the turn (``trace_id``) and the step they p
   least one of the repeats in other words (character-3-gram Jaccard of the two requests >=
   ``reworded_request_similarity``, and the same words with a digit: a booking code, a date,
   an amount; each compared with the ``reworded_window`` requests before it). Short requests
-  ("yes") are not compared.
+  ("yes") are not compared. A request naming nothing of its own ("yes, please proceed with
+  these changes") names what the agent's reply before it named (``_named``): confirmations
+  of two different proposals are two requests.
 - ``non_termination`` (complete sessions only: an open one may still go on):
   ``pending_tool_call`` (error), the last turn's last LLM call asked for a tool that never
   ran (a call that ran at the very end, a handoff such as tau-bench's
@@ -73,6 +75,7 @@ _NO_ARGUMENTS = frozenset({"{}", "[]", ""})  # canonical arguments of a call wit
 # then ask different things are two requests); a prompt read as the request likewise
 _REQUEST_CHARS = 8_000
 _REWORD_CHARS = 500  # of a request compared for a rewording (it shows in the first sentences)
+_REPLY_CHARS = 2_000  # of the agent's reply a request naming nothing answers (its proposal)
 
 
 def _finding(detector: str, kind: str, severity: str, message: str, turn: dict[str, Any],
@@ -207,25 +210,39 @@ def _identifiers(text: str) -> frozenset[str]:
     return frozenset(w.strip(_PUNCTUATION) for w in words(text) if _DIGIT.search(w))
 
 
-def _groups(requests: Sequence[tuple[int, str, bool]], config: SessionsConfig,
-            ) -> list[tuple[list[int], bool]]:
+def _named(turns: Turns, number: int, text: str, prompted: bool) -> frozenset[str]:
+    """What a request names (``_identifiers``); a user's request that names nothing of its
+    own ("yes, please proceed with these changes") is about what the agent said just before
+    it, so it names what that reply named (the last ``_REPLY_CHARS`` of the turn before's
+    output): two confirmations of proposals of different flights, dates or amounts are two
+    requests. A repeat may be missed so, none is made up."""
+    named = _identifiers(text[:_REWORD_CHARS])
+    if named or prompted or number == 0:
+        return named
+    reply = turns[number - 1].get("output")
+    return _identifiers(reply[-_REPLY_CHARS:]) if isinstance(reply, str) else named
+
+
+def _groups(requests: Sequence[tuple[int, str, bool]], ids: Sequence[frozenset[str]],
+            config: SessionsConfig) -> list[tuple[list[int], bool]]:
     """Turns asking the same thing: (turn numbers, reworded?) per group of two or more.
-    Equal texts are one request wherever they are; a text is also compared with the
-    ``reworded_window`` requests before it (the nearest first): character-3-gram Jaccard >=
-    ``reworded_request_similarity`` is a rewording. A request read from an LLM's prompt is
-    only ever equal: the framework's template around the user's words makes any two alike."""
+    Equal texts naming the same (``ids``: ``_named``) are one request wherever they are; a
+    text is also compared with the ``reworded_window`` requests before it (the nearest
+    first): character-3-gram Jaccard >= ``reworded_request_similarity`` is a rewording. A
+    request read from an LLM's prompt is only ever equal: the framework's template around
+    the user's words makes any two alike."""
     grams = [frozenset() if prompted else trigrams(text[:_REWORD_CHARS])
              for _, text, prompted in requests]
-    ids = [_identifiers(text[:_REWORD_CHARS]) for _, text, _ in requests]
     group = list(range(len(requests)))  # request -> the first request of its group
     reworded: set[int] = set()
-    exact: dict[str, int] = {}  # text -> its first request (equal texts: at any distance)
+    # (text, what it names) -> its first request (equal ones: at any distance)
+    exact: dict[tuple[str, frozenset[str]], int] = {}
     similar = config.reworded_request_similarity
     for i, (_, text, prompted) in enumerate(requests):
-        if text in exact:
-            group[i] = group[exact[text]]
+        if (text, ids[i]) in exact:
+            group[i] = group[exact[text, ids[i]]]
             continue
-        exact[text] = i
+        exact[text, ids[i]] = i
         if prompted:
             continue
         for j in range(i - 1, max(0, i - config.reworded_window) - 1, -1):
@@ -254,8 +271,9 @@ def repeated_request(turns: Turns, config: SessionsConfig,
     floor = config.min_request_chars  # a wide character (Chinese) counts two (``wide_len``)
     requests = [(n, text, prompted) for n, (text, prompted) in enumerate(read)
                 if len(words[n]) >= floor or wide_len(words[n]) >= floor]
+    ids = [_named(turns, n, text, prompted) for n, text, prompted in requests]
     out = []
-    for numbers, reworded in _groups(requests, config):
+    for numbers, reworded in _groups(requests, ids, config):
         if len(numbers) < config.repeated_request_turns:
             continue
         said = "asked the same thing" + (", reworded," if reworded else "")
