@@ -144,6 +144,36 @@ def test_a_status_asked_for_in_each_turn_until_it_changed_is_no_session_loop(
     assert [f["kind"] for f in record["findings"]] == expected
 
 
+@pytest.mark.parametrize(("states", "tool_args", "expected"), [
+    (("queued", "running", "succeeded"), {"job_id": 42}, []),
+    (("queued", "running", "succeeded"), {}, []),
+    (("running", "running", "running"), {"job_id": 42},
+     [("loop", "repeated_across_turns"), ("repeated_request", "same_request")]),
+    (("running", "running"), {}, [("repeated_request", "same_request")]),
+    (("running", "succeeded", "succeeded"), {"job_id": 42},
+     [("loop", "repeated_across_turns"), ("repeated_request", "same_request")]),
+], ids=["changed_at_last", "changed_no_arguments", "never_changed", "no_arguments_same",
+        "after_it_changed"])
+def test_a_status_question_asked_each_turn_until_it_changed_is_no_repeated_request(
+        states: tuple[str, ...], tool_args: dict[str, Any],
+        expected: list[tuple[str, str]]) -> None:
+    """The user asks the same "is it done yet?" each turn and the agent checks the job: the
+    last turn's check returned another status than the turn's before, so the agent answered
+    each time and the question was a poll, not a request it failed to help with (as the
+    session loop's ``_changed``; a status call with no arguments counts here: it asks for
+    the state now). Asked again with the same answer, or after it changed, it still
+    repeats."""
+    turns = [("is my build job 42 done yet? please check it for me",
+              [call("get_job_status", tool_args, f"c{n}"), _answer("Here is its status.")])
+             for n in range(len(states))]
+    stored = evaluated(scripted("conv-ask", KEY, turns))
+    for turn, state in zip(stored, states, strict=True):
+        (step,) = (s for s in turn["steps"] if s.get("tool_name") == "get_job_status")
+        step["result"] = json.dumps({"job_id": 42, "status": state})
+    record = evaluate_session("conv-ask", stored, SessionsConfig(), "complete")
+    assert [(f["detector"], f["kind"]) for f in record["findings"]] == expected
+
+
 @pytest.mark.parametrize(("failed", "expected"), [
     ((True, True, False), []),
     ((True, True, True), ["repeated_across_turns"]),

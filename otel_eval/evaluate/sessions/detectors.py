@@ -20,7 +20,9 @@ config, returning findings that name the turn (``trace_id``) and the step they p
   an amount; each compared with the ``reworded_window`` requests before it). Short requests
   ("yes") are not compared. A request naming nothing of its own ("yes, please proceed with
   these changes") names what the agent's reply before it named (``_named``): confirmations
-  of two different proposals are two requests.
+  of two different proposals are two requests. Nor is a request whose last repeat's turn
+  made a call of the turn before again and got another result (``_polled``): "is it done
+  yet?" asked until the status changed was answered each time.
 - ``non_termination`` (complete sessions only: an open one may still go on):
   ``pending_tool_call`` (error), the last turn's last LLM call asked for a tool that never
   ran (a call that ran at the very end, a handoff such as tau-bench's
@@ -84,13 +86,14 @@ def _finding(detector: str, kind: str, severity: str, message: str, turn: dict[s
             "trace_id": turn.get("trace_id"), "step": step, "attributes": attributes}
 
 
-def _calls(turn: dict[str, Any]) -> dict[tuple[str, str], tuple[int, Any]]:
+def _calls(turn: dict[str, Any], bare: bool = False,
+           ) -> dict[tuple[str, str], tuple[int, Any]]:
     """(tool, canonical arguments) -> the index of its first step and what it returned last
     (``_returned``), for the turn's calls with arguments (one with none, or unrecorded ones,
-    asks nothing an earlier turn answered). Arguments the stored object cut (``truncated``:
-    their start, or emptied), or the text of an object cut at an attribute length limit
-    (``values.cut_json``), are not known whole: two calls stored alike may differ past the
-    cut, so they are not compared."""
+    asks nothing an earlier turn answered), with ``bare`` those with none too. Arguments the
+    stored object cut (``truncated``: their start, or emptied), or the text of an object cut
+    at an attribute length limit (``values.cut_json``), are not known whole: two calls
+    stored alike may differ past the cut, so they are not compared."""
     out: dict[tuple[str, str], tuple[int, Any]] = {}
     for step in turn.get("steps") or ():
         cut = step.get("truncated")
@@ -98,7 +101,7 @@ def _calls(turn: dict[str, Any]) -> dict[tuple[str, str], tuple[int, Any]]:
             continue  # cut by the store, or at an attribute length limit (``cut_json``)
         if step.get("kind") == "tool" and step.get("tool_name"):
             arguments = canonical_arguments(step.get("arguments"))
-            if arguments not in _NO_ARGUMENTS:
+            if bare or arguments not in _NO_ARGUMENTS:
                 key = (str(step["tool_name"]), arguments)
                 first = out[key][0] if key in out else int(step.get("index", 0))
                 out[key] = (first, _returned(step))
@@ -262,6 +265,16 @@ def _groups(requests: Sequence[tuple[int, str, bool]], ids: Sequence[frozenset[s
             if len(numbers) >= 2]
 
 
+def _polled(before: dict[str, Any], last: dict[str, Any]) -> bool:
+    """Whether a request's last repeat learned what the one before had not: a call both
+    turns made (one with no arguments too: it asks for the state now) whose result changed
+    (``_changed``). "Is it done yet?" asked each turn until the job's status changed was
+    answered each time: a poll, as the session loop's, not a request the agent failed."""
+    earlier = _calls(before, bare=True)
+    return any(_changed(earlier[key][1], returned)
+               for key, (_, returned) in _calls(last, bare=True).items() if key in earlier)
+
+
 def repeated_request(turns: Turns, config: SessionsConfig,
                      complete: bool) -> list[SessionFinding]:
     """Short requests are not compared; a prompted request's length is that of the user's
@@ -274,7 +287,8 @@ def repeated_request(turns: Turns, config: SessionsConfig,
     ids = [_named(turns, n, text, prompted) for n, text, prompted in requests]
     out = []
     for numbers, reworded in _groups(requests, ids, config):
-        if len(numbers) < config.repeated_request_turns:
+        if len(numbers) < config.repeated_request_turns \
+                or _polled(turns[numbers[-2]], turns[numbers[-1]]):
             continue
         said = "asked the same thing" + (", reworded," if reworded else "")
         out.append(_finding(
