@@ -63,3 +63,12 @@ def test_a_traceback_keeps_its_lines_and_loses_its_escapes() -> None:
     assert out.startswith("ERROR failed: \\x07\nTraceback (most recent call last):\n")
     assert "ValueError: bad\\x1b[31m value" in out
     assert "\x1b" not in out and "\x07" not in out
+
+
+def test_unescaped_turns_back_what_printable_escaped() -> None:
+    from otel_eval.base.printable import unescaped
+
+    controls = "".join(map(chr, [*range(0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F),
+                                 *range(0x2066, 0x206A)]))
+    assert unescaped(printable("a" + controls + "b")) == "a" + controls + "b"
+    assert unescaped("C:\\x41\\users\\u2060") == "C:\\x41\\users\\u2060"  # no control: kept

@@ -17,6 +17,9 @@ view's text, whose line breaks are its own).
 message (its arguments included) is escaped whole, so one record is one line; a traceback
 keeps its newlines and nothing else.
 
+``unescaped`` turns those escapes back (a Prometheus label value, ``printable`` of a name,
+selecting the stored runs it labels).
+
 ``quoted`` is how an error answer names a client's value (a path, a header, a parameter, a
 field of a body): the repr of its first ``QUOTED_CHARS`` characters, so the answer says what
 was wrong without sending a 64 KiB path or a 1 MiB body back, grown by repr's and JSON's
@@ -66,6 +69,22 @@ CLIPPED_CHARS = 400
 def clipped(text: str) -> str:
     """``text``'s first ``CLIPPED_CHARS`` characters, "..." after them when there were more."""
     return text if len(text) <= CLIPPED_CHARS else text[:CLIPPED_CHARS] + "..."
+
+
+_ESCAPED = re.compile(r"\\(?:x([01][0-9a-f]|7f|[89][0-9a-f])|u(202[a-e]|206[6-9])|([nrt]))")
+_UNNAMED = {"n": "\n", "r": "\r", "t": "\t"}
+
+
+def _unescape(match: re.Match[str]) -> str:
+    byte, bidi, named = match.groups()
+    return _UNNAMED[named] if named else chr(int(byte or bidi, 16))
+
+
+def unescaped(text: str) -> str:
+    """``printable``'s escapes in ``text`` turned back into the controls they stand for
+    (what a name labelled ``text`` was, when it held any; a name that held the escape's own
+    characters reads as ``text`` itself)."""
+    return _ESCAPED.sub(_unescape, text) if "\\" in text else text
 
 
 def printable(text: str, keep: str = "") -> str:

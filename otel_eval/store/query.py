@@ -5,7 +5,8 @@
     service, agent                    the runs the metrics count under that label value
                                       (``label_condition``): equal to the stored value, or
                                       "unknown" for none, a name's first 128 characters for
-                                      a longer one; "_other" filters nothing
+                                      a longer one, a name with controls for their escapes
+                                      (``\\x1b``); "_other" filters nothing
     task_id, status                   equal to the stored value
     passed                            true | false (the verdict; traces without one never match)
     detector                          a finding by this detector ("loop"), or of this kind
@@ -52,7 +53,7 @@ from typing import Any
 
 from otel_eval.base.configcheck import is_ascii_digits
 from otel_eval.base.model import is_trace_id
-from otel_eval.base.printable import QUOTED_CHARS
+from otel_eval.base.printable import QUOTED_CHARS, unescaped
 
 STATUSES = ("complete", "incomplete", "truncated")
 
@@ -78,7 +79,8 @@ PARAMETERS = (*_TEXT, "passed", "since", "until", "window", "counted_since", "co
 
 
 # How the metrics label a run's service and agent (``telemetry.labels``: missing or "" is
-# "unknown", a name is cut to 128 characters, pairs past admin.metrics_max_pairs are "_other"):
+# "unknown", a name is cut to 128 characters and its controls escaped, pairs past
+# admin.metrics_max_pairs are "_other"):
 # the store's layer cannot import telemetry's, the test of label_condition ties them.
 UNKNOWN_LABEL = "unknown"
 OTHER_LABEL = "_other"
@@ -100,19 +102,29 @@ def in_window(expr: str, since_ns: int | None, until_ns: int | None,
     return conditions, args
 
 
+def _named(value: str) -> list[str]:
+    """The names a label ``value`` stands for: itself, and with ``printable``'s escapes
+    turned back when it holds any (the metrics escape a name's control characters,
+    ``telemetry.labels.label_text``; a name may also hold the escape's characters)."""
+    raw = unescaped(value)
+    return [value] if raw == value else [value, raw]
+
+
 def label_condition(column: str, value: str, mark: str) -> tuple[str | None, list[str]]:
     """(SQL condition, its arguments) selecting the rows whose ``column`` (service or agent)
     the metrics label ``value``, so a dashboard's or an alert's link lists the runs behind
     its series: "unknown" is also a missing or empty name, a value of 128 characters also
-    every longer name it begins; "_other" (the pairs past the label budget, known only to
-    the process that counted them) is no condition (None)."""
+    every longer name it begins, a value with escapes (``\\x1b``) also the name holding the
+    controls they stand for; "_other" (the pairs past the label budget, known only to the
+    process that counted them) is no condition (None)."""
     if value == OTHER_LABEL:
         return None, []
     if value == UNKNOWN_LABEL:
         return f"({column} IS NULL OR {column} = '' OR {column} = {mark})", [value]
-    if len(value) == LABEL_CHARS:
-        return f"SUBSTR({column}, 1, {LABEL_CHARS}) = {mark}", [value]
-    return f"{column} = {mark}", [value]
+    names = _named(value)
+    conditions = [f"SUBSTR({column}, 1, {LABEL_CHARS}) = {mark}" if len(name) == LABEL_CHARS
+                  else f"{column} = {mark}" for name in names]
+    return (conditions[0] if len(names) == 1 else f"({' OR '.join(conditions)})"), names
 
 
 def label_matches(name: str | None, value: str) -> bool:
@@ -122,9 +134,8 @@ def label_matches(name: str | None, value: str) -> bool:
         return True
     if value == UNKNOWN_LABEL:
         return not name or name == value
-    if len(value) == LABEL_CHARS:
-        return (name or "")[:LABEL_CHARS] == value
-    return name == value
+    return any((name or "")[:LABEL_CHARS] == n if len(n) == LABEL_CHARS else name == n
+               for n in _named(value))
 
 
 class QueryError(ValueError):

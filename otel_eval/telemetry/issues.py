@@ -40,8 +40,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-from otel_eval.base.text import valid_text
-from otel_eval.telemetry.labels import UNKNOWN
+from otel_eval.telemetry.labels import UNKNOWN, label_text
 
 RUN_STATUSES = ("ok", "error", "skipped")
 ANNOTATION_STATUSES = ("posted", "failed")
@@ -111,7 +110,7 @@ def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: M
                             "ongoing, regressed), one per shown issue",
                             labels=(*_LABELS, "severity", "status"))
     for row in rows:
-        labels = [valid_text(v) for v in row.labels]  # a scrape never fails on one series
+        labels = [label_text(v) for v in row.labels]  # a scrape never fails on one series
         share.add_metric(labels, row.share)
         traces.add_metric(labels, float(row.traces))
         if row.trend is not None:
@@ -119,7 +118,7 @@ def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: M
         # no agent known: "unknown", as the traces' metrics call it (the dashboard joins
         # the two on agent; "" matched none of their series, and the issue was not shown)
         for service, name in row.agents or ((UNKNOWN, UNKNOWN),):
-            agent.add_metric([*labels, valid_text(service), valid_text(name)], {})
+            agent.add_metric([*labels, label_text(service), label_text(name)], {})
         if row.exemplar is not None:
             exemplar.add_metric([*labels, row.exemplar], {})
         if row.severity:

@@ -6,6 +6,11 @@ ratios between them hold); tool names: the first ``max_tools_per_agent`` per (se
 the rest ``_other``; and a backstop per metric past the pair budget (``max_series_per_metric`` label
 combinations, the rest folded into the all-``_other`` series and counted in
 ``otel_eval_metrics_series_overflow_total{metric}``).
+
+Every label value from span content is ``label_text``: valid UTF-8, its control characters
+escaped as ``printable`` writes them (``curl /metrics`` in a terminal is a terminal: an agent
+name carrying an OSC 52 clipboard write or a carriage return reached it raw, since
+prometheus_client escapes a newline, a quote and a backslash only).
 """
 
 from __future__ import annotations
@@ -13,12 +18,19 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from otel_eval.base.printable import printable
 from otel_eval.base.text import valid_text
 from otel_eval.telemetry.declare import Declarer
 
 OTHER = "_other"
 UNKNOWN = "unknown"
 MAX_LABEL_CHARS = 128  # a name from span content is cut to this many characters as a label
+
+
+def label_text(text: str) -> str:
+    """``text`` as a label value: valid UTF-8 (a lone surrogate failed every scrape), its
+    control characters escaped (``printable``); ``text`` itself when it needs neither."""
+    return printable(valid_text(text))
 
 
 class CappedNames:
@@ -69,10 +81,11 @@ class Pairs:
 
 def labels_of(service: str | None, agent: str | None) -> tuple[str, str]:
     """The (service, agent) label values of a pair: cut to ``MAX_LABEL_CHARS``, none
-    "unknown", valid UTF-8 (a lone surrogate is U+FFFD: the gauges computed at scrape time,
-    the rolling AUC and the judge agreement, label with the pair as it is here)."""
-    return (valid_text((service or UNKNOWN)[:MAX_LABEL_CHARS]),
-            valid_text((agent or UNKNOWN)[:MAX_LABEL_CHARS]))
+    "unknown", ``label_text`` (a lone surrogate is U+FFFD, a control character escaped: the
+    gauges computed at scrape time, the rolling AUC and the judge agreement, label with the
+    pair as it is here)."""
+    return (label_text((service or UNKNOWN)[:MAX_LABEL_CHARS]),
+            label_text((agent or UNKNOWN)[:MAX_LABEL_CHARS]))
 
 
 class SeriesCap:
@@ -111,7 +124,7 @@ class SeriesCap:
         child = seen.get(values) if seen is not None else None
         if child is not None:  # the admitted series' child, kept: labels() costs ~1 us
             return child
-        values = tuple(valid_text(v) for v in values)  # prometheus_client encodes them
+        values = tuple(label_text(v) for v in values)  # prometheus_client encodes them
         with self._combos_lock:
             seen = self._combos.setdefault(id(metric), {})
             if values not in seen:

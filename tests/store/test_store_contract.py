@@ -347,12 +347,16 @@ def test_a_metric_label_selects_the_runs_it_counts(store: EvaluationStore) -> No
     """A dashboard or alert link filters by the (service, agent) labels of a series; a run
     with no agent is counted as agent="unknown", and agent=unknown matched no stored row (its
     agent is NULL), so the page behind every "unknown" series listed nothing. A label value
-    (``labels_of``: missing or "" as "unknown", a name cut to 128 characters) now selects
-    the runs it labels; "_other" (pairs past the metrics' budget) filters nothing."""
+    (``labels_of``: missing or "" as "unknown", a name cut to 128 characters, its control
+    characters escaped) now selects the runs it labels; "_other" (pairs past the metrics'
+    budget) filters nothing."""
     assert (UNKNOWN_LABEL, OTHER_LABEL, LABEL_CHARS) == (UNKNOWN, OTHER, MAX_LABEL_CHARS)
     long = "agent-" + "x" * 200
+    esc = "\x1b]52;c;cHduZWQ=\x07\r\u202e"  # escaped in the label (``label_text``)
     pairs = [("shop", None), ("shop", ""), ("shop", "unknown"), ("shop", "planner"),
-             (None, "planner"), ("", None), ("shop", long), ("shop", long[:128])]
+             (None, "planner"), ("", None), ("shop", long), ("shop", long[:128]),
+             ("shop" + esc, "bot" + esc), ("shop", "bot\\x1b]52"), ("shop", esc + long),
+             ("shop", (esc + long)[:128])]
     rows = []
     for i, (service, agent) in enumerate(pairs, 1):
         ev = _ev(i, service="shop")
