@@ -268,3 +268,12 @@ def test_web_view_shows_a_conversation_as_its_turns(tmp_path: Path) -> None:
         assert f'href="{link}"' in run.replace("&amp;", "&")
         assert _page(h, "/ui/sessions/nope")[0] == 404
         assert _page(h, "/ui/sessions?limit=0")[0] == 400
+        # once complete, the page says what the API says of it: its p_success and model
+        assert "p(success)" not in page
+        assert _complete(h) == 1
+        prediction = _get(h, "/v1/sessions/" + urllib.parse.quote(hostile, safe=""))[1][
+            "prediction"]
+        code, page = _page(h, link)
+        head = page.split('class="turn"')[0]
+        assert code == 200 and "p(success)" in head
+        assert f"{prediction['p_success']:.2f}" in head and prediction["model"] in head

@@ -27,6 +27,8 @@ from session_server import (
 )
 from ui_server import get
 
+from otel_eval.evaluate.judge.config import RedactionConfig
+from otel_eval.evaluate.judge.redact import Redactor
 from otel_eval.outputs.ui.html import CSP
 from otel_eval.outputs.ui.sessions import TURNS_PER_PAGE
 
@@ -166,6 +168,40 @@ def test_a_turn_no_longer_stored_is_said(tmp_path: Path) -> None:
     assert body.count("no longer stored") == 2
     assert "&lt;i&gt;m&lt;/i&gt;" in body and "&lt;i&gt;r&lt;/i&gt;" in body
     assert "#step-True" not in body  # a step that is not an index links nowhere
+
+
+def test_a_conversation_shows_its_p_success_and_its_judge() -> None:
+    """The API's record of a complete session carries the predictor's p_success and the
+    session judge's score and critique; the page showed neither (the run page shows both
+    for a run). Now its header does, the critique redacted and escaped as every value."""
+    from otel_eval.outputs.ui.sessions import session_page
+
+    redact = Redactor(RedactionConfig()).redact
+    critique = f"Turn 2 asked again: <b>{SECRET}</b>"
+    judged = {"session_id": "s", "status": "complete", "traces": [],
+              "verdict": {"passed": True, "reasons": []},
+              "prediction": {"p_success": 0.3141, "model": "success-default@abc"},
+              "judge": {"mode": "combined", "model": "gpt-4o-mini",
+                        "judges": {"session": {"status": "ok", "scores": {"session": 0.25},
+                                               "critiques": [{"dimension": "session",
+                                                              "score": 0.25,
+                                                              "text": critique}]}},
+                        "overall": {"status": "ok", "session_score": 0.25, "passed": False,
+                                    "tau_task": 0.5},
+                        "totals": {"tokens": {"input": 2000, "output": 60}, "calls": 1,
+                                   "cost_usd": 0.0004}}}
+    body = session_page(judged, lambda t: None, redact, threshold=0.5)
+    assert "p(success)" in body and "0.31" in body and "predicted to fail" in body
+    assert "success-default@abc" in body
+    assert "judge: failed (session score 0.25 &lt; 0.5)" in body
+    assert "Turn 2 asked again: &lt;b&gt;" in body and SECRET not in body
+    assert "2,000+60 tokens" in body
+    skipped = {**judged, "prediction": None,
+               "judge": {"judges": {}, "overall": {"status": "skipped", "reason": "one_turn"}}}
+    body = session_page(skipped, lambda t: None, redact, threshold=0.5)
+    assert "judge: skipped (one_turn)" in body and "p(success)" not in body
+    opened = {"session_id": "s", "status": "open", "traces": [], "verdict": {"passed": True}}
+    assert "p(success)" not in session_page(opened, lambda t: None, redact)
 
 
 def test_a_page_takes_a_trailing_slash_as_the_api_does(

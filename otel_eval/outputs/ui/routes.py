@@ -187,8 +187,8 @@ def _conversation(sources: Sources, session_id: str, query: str) -> Response:
     if record is None:
         return _not_found(f"No conversation {short(session_id, 120)!r}.")
     first = _position(query, "turn")  # ?turn=N: from turn N + 1
-    return _html(200, "conversation", session_page(record, sources.get, sources.redact, first),
-                 "sessions")
+    return _html(200, "conversation", session_page(record, sources.get, sources.redact, first,
+                                                   sources.pass_threshold), "sessions")
 
 
 def _calibration(sources: Sources, _found: re.Match[str], _query: str) -> Response:

@@ -1,6 +1,8 @@
 """Output (part): conversations. ``/ui/sessions`` lists them as ``GET /v1/sessions`` does;
 ``/ui/sessions/{id}`` shows one as a transcript. Its header: the conversation's verdict and
-reasons, status and counts. Then per turn, in turn order: the turn's verdict and a link to its
+reasons, status and counts, and once complete what the other graders say of it, as the run
+page says of a run: the predictor's ``p_success`` and the session judge's score, critique and
+cost. Then per turn, in turn order: the turn's verdict and a link to its
 run, the user's message, the tool calls in brief (each linked to its step in the run view),
 the agent's reply, and each session finding on the turn (and step) it points at.
 
@@ -18,10 +20,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 from otel_eval.outputs.ui.html import Html, h, href, is_dot_segment, join, segment
+from otel_eval.outputs.ui.run import critiques
 from otel_eval.outputs.ui.runs import finding_kinds, verdict_badge
 from otel_eval.outputs.ui.steplinks import step_url
 from otel_eval.outputs.ui.text import Redact, redacted
 from otel_eval.outputs.ui.values import short, when
+from otel_eval.outputs.ui.verdicts import judge_cost, p_badge, p_success
+from otel_eval.outputs.ui.verdicts import number as _number
 from otel_eval.store.query import UNKNOWN_LABEL
 from otel_eval.store.sessions import MAX_SERVICE_CHARS, MAX_SERVICES_NAMED
 
@@ -170,7 +175,49 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _header(record: Mapping[str, Any], redact: Redact) -> list[Any]:
+def _judged(judge: Mapping[str, Any]) -> str | None:
+    """The session judge's word: its score against ``tau_task``, else why there is none."""
+    overall = _mapping(judge.get("overall"))
+    if not overall:
+        return None
+    score = _number(overall.get("session_score"))
+    if score is not None:
+        tau = _number(overall.get("tau_task"))
+        tau = 0.5 if tau is None else tau
+        return (f"judge: {'succeeded' if score >= tau else 'failed'} (session score "
+                f"{score:.2f} {'>=' if score >= tau else '<'} {tau:g})")
+    why = overall.get("reason") or overall.get("error")
+    return f"judge: {short(overall.get('status'), 20)}" + (f" ({short(why, 60)})" if why else "")
+
+
+def _graders(record: Mapping[str, Any], threshold: float, redact: Redact) -> list[Any]:
+    """What the predictor and the judge say of a complete conversation (the API's
+    ``prediction`` and ``judge``: an open one has neither yet), the judge's critiques
+    redacted as every value."""
+    facts: list[Any] = []
+    p = p_success(record)
+    if p is not None:
+        model = _mapping(record.get("prediction")).get("model")
+        facts.append(h("span", "p(success) ", p_badge(record, threshold),
+                       f" predicted to {'fail' if p < threshold else 'pass'} (pass threshold "
+                       f"{threshold:g}; model {short(model or '-', 60)})"))
+    judge = _mapping(record.get("judge"))
+    said = _judged(judge)
+    if said is not None:
+        facts.append(h("span", said))
+    cost = judge_cost(record)
+    if cost:
+        facts.append(h("span", cost, class_="judge-cost"))
+    if not facts:
+        return []
+    texts = [c.get("text") for c in critiques({"judge": dict(judge)})]
+    shown = [part for n, fact in enumerate(facts) for part in ((" · ", fact) if n else (fact,))]
+    return [h("p", shown, class_="facts graders"),
+            h("ul", [h("li", short(redacted(t, 2000, redact), 2000)) for t in texts[:20]],
+              class_="critiques") if texts else ""]
+
+
+def _header(record: Mapping[str, Any], redact: Redact, threshold: float) -> list[Any]:
     verdict = _mapping(record.get("verdict"))
     counts = _mapping(record.get("counts"))
     facts = [f"{counts[k]} {label}" for k, label in _COUNTS
@@ -184,12 +231,14 @@ def _header(record: Mapping[str, Any], redact: Redact) -> list[Any]:
               when(record.get("start_time_unix_nano")) or "-", class_="ids"),
             h("p", " · ".join(facts), class_="facts counts"),
             h("ul", [h("li", short(redacted(r, 2000, redact), 2000))  # findings' messages
-                     for r in (verdict.get("reasons") or ())[:100]], class_="reasons")]
+                     for r in (verdict.get("reasons") or ())[:100]], class_="reasons"),
+            *_graders(record, threshold, redact)]
 
 
 def session_page(record: Mapping[str, Any], turn: Callable[[str], dict[str, Any] | None],
-                 redact: Redact, first: int = 0) -> Html:
-    """The conversation's verdict and counts, then its turns in order from turn ``first`` + 1
+                 redact: Redact, first: int = 0, threshold: float = 0.5) -> Html:
+    """The conversation's verdict, counts and graders (``threshold``:
+    ``prediction.pass_threshold``), then its turns in order from turn ``first`` + 1
     (``TURNS_PER_PAGE`` of them), each with its tool calls and its findings."""
     on_turn: dict[str, list[Mapping[str, Any]]] = {}
     for f in record.get("findings") or ():
@@ -197,7 +246,7 @@ def session_page(record: Mapping[str, Any], turn: Callable[[str], dict[str, Any]
             on_turn.setdefault(str(f.get("trace_id")), []).append(f)
     traces = [str(t) for t in record.get("traces") or ()]
     first = min(max(first, 0), max(len(traces) - 1, 0))
-    parts = _header(record, redact)
+    parts = _header(record, redact, threshold)
     shown = traces[first:first + TURNS_PER_PAGE]
     for number, tid in enumerate(shown, first + 1):
         parts.append(_turn(number, tid, turn(tid) or {}, on_turn.get(tid, []), redact))
