@@ -355,3 +355,25 @@ def test_a_cost_summing_past_a_float_is_unknown_not_over_budget() -> None:
     assert found[0].severity == "info"
     assert found[0].attributes["value"] is None
     assert "largest float" in found[0].message
+
+
+@pytest.mark.parametrize("side", ["input", "output"])
+def test_a_call_recording_one_token_count_is_partly_priced_not_cheap(side: str) -> None:
+    """A call that recorded its input tokens and no output count (or the other way) was priced
+    with the missing count as 0: a run of such calls looked cheaper than it was, within a cost
+    budget with no word that its cost was not all known. Its cost is unknown, as an unpriced
+    model's or a missing cache rate's: the run's cost is a lower bound ("cost partly
+    unknown"), and ``inspect`` says why."""
+    from otel_eval.evaluate.trajectory.prices import price_steps
+
+    one = llm("a", model="gpt-4o", input_tokens=1_000_000, output_tokens=1_000_000)
+    setattr(one, f"{side}_tokens", None)
+    assert budget.step_cost(one) is None
+    price_steps([one])
+    assert one.cost_usd is None
+    assert one.unknown["cost_usd"] == f"no {side} token count for gpt-4o"
+    found = budget.detect(traj(one, llm("b", cost=0.1)), DetectorsConfig(),
+                          Context(budgets={"cost_usd": 1_000.0}))
+    assert kinds(found) == ["budget/cost_unknown"]
+    assert found[0].message == f"cost partly unknown (no {side} token count for gpt-4o)"
+    assert found[0].attributes["value"] == pytest.approx(0.1)

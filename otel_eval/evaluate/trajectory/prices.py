@@ -12,7 +12,10 @@ at ``input_cost_per_token``. Cached counts larger than ``input_tokens`` cannot b
 they are the provider's separate buckets (Anthropic's usage copied as it comes), priced beside
 all the input tokens. A cached count above 0 whose rate the map lacks leaves the cost unknown,
 as an unpriced model: the input rate is no bound (a cache write costs 1.25x an input token at
-Anthropic) and a guess is no reason for a budget finding.
+Anthropic) and a guess is no reason for a budget finding. So does a call that recorded the
+token count of one side only (input, or output): the other priced as 0 would make the run
+look cheaper than it was, where an unknown cost makes its total a lower bound ("cost partly
+unknown").
 
 Long-context rates: a row's ``<rate>_above_<N>k_tokens`` keys (``input_cost_per_token_above_
 200k_tokens``, ``output_...``, ``cache_read_input_token_cost_...``,
@@ -263,8 +266,9 @@ def step_cost(step: Step) -> float | None:
 
 
 def _priced(step: Step) -> float | None:
-    """The step's model price times its tokens, or None when either is unknown."""
-    if not step.model or (step.input_tokens is None and step.output_tokens is None):
+    """The step's model price times its tokens, or None when either is unknown (a count of
+    one side alone too: the other priced as 0 would be a cost lower than the call's)."""
+    if not step.model or step.input_tokens is None or step.output_tokens is None:
         return None
     prices = _step_prices(step)
     if prices is None or _missing_rate(step, prices):
@@ -295,12 +299,15 @@ def _step_prices(step: Step) -> Prices | None:
 
 def unpriced(step: Step) -> str:
     """Why ``step_cost`` of an LLM step is None, in a few words naming its model: no model,
-    no token counts, a model the price map lacks, or a cache rate it lacks."""
+    no token counts (or one side's only), a model the price map lacks, or a cache rate it
+    lacks."""
     model = step.model[:200] if step.model else None
     if model is None:
         return "no model recorded"
     if step.input_tokens is None and step.output_tokens is None:
         return f"no token counts for {model}"
+    if (side := _missing_count(step)) is not None:
+        return f"no {side} token count for {model}"
     if (cost := _priced(step)) is not None:  # past MAX_STEP_COST_USD
         return _implausible(model, cost)
     prices = _step_prices(step)
@@ -312,6 +319,15 @@ def _implausible(model: str, cost: float) -> str:
     """Why a priced cost past ``MAX_STEP_COST_USD`` is unknown."""
     return (f"the tokens of {model} price at {cost:g} USD, past any plausible cost of one "
             f"call ({MAX_STEP_COST_USD:g})")
+
+
+def _missing_count(step: Step) -> str | None:
+    """The side (input, output) whose token count a call with the other recorded lacks."""
+    if step.input_tokens is None and step.output_tokens is not None:
+        return "input"
+    if step.output_tokens is None and step.input_tokens is not None:
+        return "output"
+    return None
 
 
 def _missing_rate(step: Step, prices: Prices) -> str | None:
@@ -326,8 +342,8 @@ def _missing_rate(step: Step, prices: Prices) -> str | None:
 def price_steps(steps: Iterable[Step]) -> None:
     """Fill ``cost_usd`` of LLM steps that have none (a cost the span recorded comes first)
     and whose model the price map knows; the source says it was priced here, and a cache rate
-    the map lacks, or a price past ``MAX_STEP_COST_USD``, is said in ``Step.unknown`` (the
-    cost stays unknown)."""
+    the map lacks, a token count of one side alone, or a price past ``MAX_STEP_COST_USD``, is
+    said in ``Step.unknown`` (the cost stays unknown)."""
     for step in steps:
         if step.kind == "llm" and step.cost_usd is None and step.model:
             cost = _priced(step)
@@ -338,6 +354,11 @@ def price_steps(steps: Iterable[Step]) -> None:
             if cost is not None:
                 if "cost_usd" not in step.unknown:
                     step.unknown["cost_usd"] = _implausible(step.model[:200], cost)
+                continue
+            side = _missing_count(step)
+            if side is not None:  # a count of one side alone: the call's cost not known
+                step.unknown.setdefault("cost_usd", f"no {side} token count for "
+                                                    f"{step.model[:200]}")
                 continue
             prices = _step_prices(step)
             missing = _missing_rate(step, prices) if prices is not None else None
