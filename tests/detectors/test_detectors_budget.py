@@ -377,3 +377,18 @@ def test_a_call_recording_one_token_count_is_partly_priced_not_cheap(side: str) 
     assert kinds(found) == ["budget/cost_unknown"]
     assert found[0].message == f"cost partly unknown (no {side} token count for gpt-4o)"
     assert found[0].attributes["value"] == pytest.approx(0.1)
+
+
+def test_a_partly_priced_cost_over_its_budget_says_at_least() -> None:
+    """A run whose known cost alone is past the budget, with a call of unknown cost, was
+    reported "cost 0.5 USD against a budget of 0.1 USD", as if 0.5 were its cost: it is a
+    lower bound, and the finding says so (as a conversation's does, and a partly priced
+    cost within budget says "partly unknown")."""
+    t = traj(llm("a", model="no-such-model-xyz"), llm("b", cost=0.5))
+    (f,) = budget.detect(t, DetectorsConfig(), Context(budgets={"cost_usd": 0.1}))
+    assert f.kind == "cost_usd_exceeded"
+    assert f.message == "cost at least 0.5 USD against a budget of 0.1 USD"
+    assert f.attributes["cost_unknown_models"] == ["no-such-model-xyz"]
+    (f,) = budget.detect(traj(llm("b", cost=0.5)), DetectorsConfig(),
+                         Context(budgets={"cost_usd": 0.1}))
+    assert f.message == "cost 0.5 USD against a budget of 0.1 USD"  # all known: its cost

@@ -3,7 +3,8 @@
 Budgets are resolved by ``Detectors`` (config, then the agent's overrides, then
 ``--budget NAME=VALUE``) and arrive in ``context.budgets``; a finding states value and
 budget. Cost comes from the spans (``Step.cost_usd``), else from litellm's model price map;
-a model litellm does not know makes the cost *unknown* (reported, never an exception).
+a model litellm does not know makes the cost *unknown* (reported, never an exception): the
+known part is then a lower bound, "partly unknown" within the budget, "at least" past it.
 """
 
 from __future__ import annotations
@@ -97,9 +98,12 @@ def _beyond(trajectory: Trajectory, name: str, limit: float) -> list[Step]:
     return list(seq(trajectory))[int(limit):] if seq else []
 
 
-def _message(name: str, value: float, limit: float) -> str:
+def _message(name: str, value: float, limit: float, partly: bool = False) -> str:
+    """What a budget finding says; ``partly``: the value is a lower bound (a cost partly
+    unknown), "at least" it."""
     if name in ("cost_usd", "duration_s"):
-        return f"{_LABELS[name]} {_fmt(name, value)} against a budget of {_fmt(name, limit)}"
+        return (f"{_LABELS[name]} {'at least ' if partly else ''}{_fmt(name, value)} "
+                f"against a budget of {_fmt(name, limit)}")
     return f"{_fmt(name, value)} {_LABELS[name]} against a budget of {_fmt(name, limit)}"
 
 
@@ -123,7 +127,8 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
         elif value > limit:
             over = _beyond(trajectory, name, limit)
             out.append(Finding("budget", f"{name}_exceeded", "error",
-                               _message(name, value, limit), [s.span_id for s in over],
+                               _message(name, value, limit, bool(unknown)),
+                               [s.span_id for s in over],
                                [s.index for s in over], attrs))
         elif unknown:
             out.append(Finding("budget", "cost_unknown", "info",
