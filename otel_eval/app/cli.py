@@ -158,6 +158,7 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
             body = from_run(run.evaluations(), args.target, args.trace)
             failed = run.failed_files
         else:
+            _stored_as_evaluated(args)
             body = from_store(args.store or config_from_args(args).store.target, args.target)
     except ShowError as e:
         print(f"otel-eval show: {e}", file=sys.stderr)
@@ -169,6 +170,24 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
         redactor = Redactor(config_from_args(args).judge.redaction)
         out.write(render_text(shown, width=args.width, full=args.full, redact=redactor.redact))
     return 1 if failed else 0
+
+
+# ``show``'s flags that change an evaluation (``_common``'s but --config), by their names
+_EVALUATING = (("budget", "--budget"), ("references", "--references"), ("judge", "--judge"),
+               ("judge_api_base", "--judge-api-base"))
+
+
+def _stored_as_evaluated(args: argparse.Namespace) -> None:
+    """A stored run is shown as it was evaluated (the store keeps results, not spans: it is
+    not evaluated again): ShowError naming the flags given that would change it, never a
+    silent ignore."""
+    from otel_eval.app.show import ShowError
+
+    given = [flag for name, flag in _EVALUATING if getattr(args, name, None)]
+    if given:
+        raise ShowError(f"{', '.join(given)} would evaluate the run anew, and a stored run "
+                        "is shown as it was evaluated (the store keeps results, not spans): "
+                        "show its trace file with them, or drop them")
 
 
 def _print_trials(trials: Sequence[Any], out: TextIO) -> None:

@@ -361,3 +361,25 @@ def test_critiques_of_a_judge_that_failed_are_not_shown_as_grades() -> None:
     assert [c["text"] for s in shown["steps"] for c in s["critiques"]] == []
     assert [c["text"] for c in shown["critiques"]] == ["slow but correct"]
     assert "chunk one grade" not in render_text(shown)
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (("--budget", "steps=1"), "--budget"),
+    (("--budget", "session_turns=1", "--judge", "openai/gpt-4o-mini"), "--budget, --judge"),
+    (("--references", str(REFS)), "--references"),
+])
+def test_a_stored_run_refuses_the_flags_that_evaluate_anew(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...],
+        named: str) -> None:
+    """``show TRACE_ID --budget steps=1`` printed the stored run as serve evaluated it, its
+    budgets unchanged and no word that the flag was ignored: a run within the asked budget
+    looked checked against it. The store keeps results, not spans, so a stored run is not
+    evaluated again: the flags that would change its evaluation are refused, by name, with
+    exit 1; a trace file is evaluated with them."""
+    db = _stored(tmp_path)
+    code, out, err = _show(capsys, TRACE_ID, "--store", db, *flags)
+    assert (code, out) == (1, "")
+    assert f"otel-eval show: {named} " in err and "trace file" in err
+    code, out, err = _show(capsys, str(TRACE), "--budget", "steps=1")
+    assert code == 0, err
+    assert "budget:steps_exceeded" in out
