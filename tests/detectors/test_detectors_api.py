@@ -122,3 +122,18 @@ def test_config_loads_through_the_top_level_builder() -> None:
 def test_invalid_config_is_reported(data: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         build(Config, {"detectors": data})
+
+
+def test_an_empty_agent_name_is_refused_not_the_unnamed_runs_override() -> None:
+    """``detectors.agents: {"": ...}`` (an unset ``${AGENT}`` in the key) was taken as the
+    overrides of every run with no agent name: its budgets and detectors applied to them,
+    undocumented, while the metrics name those runs ``unknown`` (a key that matches none).
+    An empty name is refused at load, naming the key; the unnamed runs take the globals."""
+    with pytest.raises(ConfigError, match=r"detectors\.agents: an empty agent name"):
+        build(Config, {"detectors": {"agents": {"": {"budgets": {"steps": 1}}}}})
+    with pytest.raises(ValueError, match="an empty agent name"):
+        DetectorsConfig(agents={"": AgentOverrides(budgets=BudgetsConfig(steps=1))})
+    unnamed = dataclasses.replace(LOOPY, agent=None)
+    cfg = DetectorsConfig(budgets=BudgetsConfig(steps=10),
+                          agents={"fixer": AgentOverrides(budgets=BudgetsConfig(steps=1))})
+    assert Detectors(cfg).budgets_for(unnamed.agent) == {"steps": 10.0}

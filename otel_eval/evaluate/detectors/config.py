@@ -355,7 +355,8 @@ class DetectorsConfig:
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     # Severity of the lucky-pass finding.
     lucky_pass: LuckyPassConfig = field(default_factory=LuckyPassConfig)
-    # Per-agent overrides keyed by agent name (empty by default).
+    # Per-agent overrides keyed by agent name (empty by default). A run with no agent name
+    # takes the global settings (an empty name is refused).
     agents: dict[str, AgentOverrides] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -365,6 +366,9 @@ class DetectorsConfig:
         if unknown:
             problems["enabled"] = (f"unknown detector(s) {', '.join(unknown)} "
                                    f"(known: {', '.join(DETECTOR_NAMES)})")
+        if "" in self.agents:  # else the overrides of every run with no agent name
+            problems["agents"] = ("an empty agent name matches no agent (an unset variable in "
+                                  "the key?); runs with no agent name take the global settings")
         for name, value in self.budget_overrides.items():
             problem = (budget_problem(value) if name in BUDGET_NAMES else
                        f"unknown budget (known: {', '.join(BUDGET_NAMES)})")
