@@ -322,7 +322,8 @@ class LuckyPassConfig:
 
 @dataclass(frozen=True)
 class AgentOverrides:
-    """Settings for one agent (`gen_ai.agent.name` / service); unset fields inherit."""
+    """Settings for one agent (`gen_ai.agent.name` / service), for the runs it is the
+    agent of (whole, sub-agents' steps included); unset fields inherit."""
 
     # Budgets for this agent; each field that is not None replaces the global one.
     budgets: BudgetsConfig = field(default_factory=BudgetsConfig)
@@ -355,7 +356,10 @@ class DetectorsConfig:
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     # Severity of the lucky-pass finding.
     lucky_pass: LuckyPassConfig = field(default_factory=LuckyPassConfig)
-    # Per-agent overrides keyed by agent name (empty by default). A run with no agent name
+    # Per-agent overrides keyed by agent name (empty by default). The run's agent (the
+    # results' `agent`) takes its entry, over the whole run as every budget measures it
+    # (its sub-agents' calls and tokens included); a sub-agent's entry applies to the runs
+    # it is the agent of, not to its part of another agent's run. A run with no agent name
     # takes the global settings (an empty name is refused).
     agents: dict[str, AgentOverrides] = field(default_factory=dict)
 
