@@ -13,8 +13,8 @@ service computes it at most once per ``refresh_s``, shared by the API and the ga
 answers with ``MAX_GROUPS`` rows at most). A score is read from a run only when the run has
 it: the counts say how many runs each figure rests on. The verdict is never read: once an
 outcome is recorded it decides the verdict, so agreeing with it would prove nothing. AUC needs
-both outcomes among a group's runs (else None); kappa is None when chance agreement is total
-(one class on both sides).
+both outcomes among a group's runs (else None), and so does kappa (with one outcome it is 0
+whatever the score says).
 """
 
 from __future__ import annotations
@@ -105,16 +105,18 @@ def kappa(predicted: list[bool], actual: list[bool]) -> tuple[float, float, floa
     """Cohen's kappa of two yes/no ratings of the same runs with a 95 % interval: Wilson's
     interval of the observed agreement po mapped through kappa = (po - pe) / (1 - pe), the
     chance agreement pe held fixed (as the large-sample SE sqrt(po (1 - po) / n) / (1 - pe)
-    does, whose interval was 0 wide when the runs all agree or all disagree); None when
-    pe = 1."""
+    does, whose interval was 0 wide when the runs all agree or all disagree). None with one
+    outcome only: against a constant rating every rating has kappa 0 (a judge wrong on every
+    run and one right on all but one alike), so it says nothing of the score; a score on one
+    side of its threshold with both outcomes keeps its 0 (a gate that lets everything by)."""
     n = len(actual)
     if not n:
         return None
     po = sum(p == a for p, a in zip(predicted, actual, strict=True)) / n
     yes_p, yes_a = sum(predicted) / n, sum(actual) / n
-    pe = yes_p * yes_a + (1 - yes_p) * (1 - yes_a)
-    if pe >= 1:
+    if yes_a in (0, 1):
         return None
+    pe = yes_p * yes_a + (1 - yes_p) * (1 - yes_a)
     z2 = Z95 * Z95
     centre = (po + z2 / (2 * n)) / (1 + z2 / n)
     half = Z95 * math.sqrt(po * (1 - po) / n + z2 / (4 * n * n)) / (1 + z2 / n)

@@ -102,6 +102,24 @@ def test_one_class_gives_no_auc_and_total_chance_agreement_no_kappa() -> None:
 
 
 
+def test_one_outcome_only_gives_no_kappa_whatever_the_score_says() -> None:
+    """Outcomes of one class make kappa 0 for any rating: with only failures recorded (users
+    reporting what went wrong), a judge that passed all 30 of them and one that failed 29 of
+    them both showed kappa 0.0 ("chance") with an interval, and the gauge said 0. Like the
+    AUC it needs both outcomes; a score on one side of its threshold with both outcomes is
+    a gate that lets everything through: kappa 0 there is a finding, kept."""
+    wrong = calibrate([("failure", _body("a", 0.9, 0.9)) for _ in range(30)])
+    right = calibrate([("failure", _body("a", 0.1 if i else 0.9, 0.1)) for i in range(30)])
+    for found in (wrong, right):
+        row = _row(found, "a", "trace")
+        assert (row["runs"], row["failures"]) == (30, 30)
+        assert row["kappa"] is None and row["kappa_ci95"] is None
+    assert kappa([False], [True]) is None  # one run rated unlike
+    gate = _row(calibrate([("success", _body("a", 0.9, 0.9)),
+                           ("failure", _body("a", 0.8, 0.9))]), "a", "trace")
+    assert gate["kappa"] == 0.0 and gate["kappa_ci95"] is not None  # passes every run
+
+
 def test_intervals_do_not_collapse_at_perfect_agreement() -> None:
     """The Wald intervals were [1, 1] for 1 success and 1 failure ranked right, and for two
     runs rated alike: as certain as a million runs. By hand: with one run of each class
@@ -114,8 +132,8 @@ def test_intervals_do_not_collapse_at_perfect_agreement() -> None:
     assert row["kappa"] == 1.0 and row["kappa_ci95"] == [round((2 / (2 + z2) - 0.5) / 0.5, 4),
                                                          1.0]
     assert hanley_mcneil(0.0, 2, 2)[1] > 0.5  # all ranked wrong: [0, 0] before
-    k, lo, hi = kappa([False], [True])  # type: ignore[misc]  # one run, rated unlike
-    assert (k, lo) == (0.0, 0.0) and hi == pytest.approx(1 / (1 + z2) * z2)
+    k, lo, hi = kappa([False, True], [True, False])  # type: ignore[misc]  # rated unlike
+    assert (k, lo) == (-1.0, -1.0) and hi == pytest.approx((z2 / (2 + z2) - 0.5) / 0.5)
 
 
 def test_scores_are_every_judge_dimension_and_p_success_never_the_verdict() -> None:

@@ -109,7 +109,7 @@ def test_calibration_reads_the_recorded_outcomes_and_publishes_the_gauges(
         row = next(g for g in found["groups"] if (g["agent"], g["score"]) == ("a", "trace"))
         assert (row["runs"], row["failures"]) == (1, 1)
         assert row["auc"] is None  # one outcome only: nothing to rank
-        assert row["kappa"] == 0.0  # 0.8 passes, the run failed: po = pe = 0
+        assert row["kappa"] is None  # one outcome only: kappa is 0 whatever the score says
         assert row["service"] == ""  # no service.name: labelled as on every per-trace metric
         assert h.sample("otel_eval_judge_agreement_runs", service="unknown", agent="a",
                         score="trace") == 1

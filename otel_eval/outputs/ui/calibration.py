@@ -1,13 +1,12 @@
 """Output (part): the judge checked against people (``/ui/calibration``), as
 ``GET /v1/calibration`` holds it (``evaluate.calibration``).
 
-One row per (service, agent, score), and for p_success per model (the serving one first: a
-model swap leaves the old model's runs in the store): the labelled runs it rests on
-(successes / failures), the pass threshold, the AUC and Cohen's kappa each with its 95 %
-interval. Every agent's runs together (``*``) come first. A figure that could not be
-computed (one outcome only, or every run on one side of the threshold) is a dash, never a
-number. The rows whose interval lies wholly under chance (AUC under 0.5, kappa under 0) are
-marked: there the score and the people who recorded outcomes disagree.
+One row per (service, agent, score), and for p_success per model (the serving one first: a model
+swap leaves the old model's runs in the store): the labelled runs it rests on (successes /
+failures), the pass threshold, the AUC and Cohen's kappa each with its 95 % interval. Every
+agent's runs together (``*``) come first. A figure that could not be computed (one outcome only)
+is a dash, never a number. The rows whose interval lies wholly under chance (AUC under 0.5,
+kappa under 0) are marked: there the score and the people who recorded outcomes disagree.
 """
 
 from __future__ import annotations
