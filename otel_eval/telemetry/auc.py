@@ -59,6 +59,15 @@ class RollingAuc:
         self._dirty = True
         return before is None or before[1] != success
 
+    def remove(self, trace_id: str) -> bool | None:
+        """Take a trace's entry out (its evaluation was superseded under another pair); the
+        outcome it held (True: success), None when it held none."""
+        found = self._items.pop(trace_id, None)
+        if found is None:
+            return None
+        self._dirty = True
+        return found[1]
+
     def value(self) -> float | None:
         """The AUC of the window (None: fewer than ``min_per_class`` of a class)."""
         if self._dirty:

@@ -27,7 +27,8 @@ only looks its pair up, never admits one), and ``_other``'s, each at
 most ``auc_window`` entries; a trace labelled twice (feedback after an outcome attribute, or
 corrected feedback) replaces its entry, and is counted again only when its outcome changed
 (the same outcome sent again, or re-evaluated with it, is no new label: before, five repeats
-counted five). The AUC is the Mann-Whitney statistic with tied scores averaged: one sort,
+counted five); a run re-evaluated under another pair (late spans naming its agent) moves to
+that pair's window. The AUC is the Mann-Whitney statistic with tied scores averaged: one sort,
 O(n log n) in the window, done at scrape time for the windows that changed since (a label
 costs O(1), so runs that all carry an outcome do not pay a sort each). Thread-safe (the
 engine's worker, the admin server and the scrape all touch the windows).
@@ -120,7 +121,7 @@ class PredictionMetrics:
                 self._cap.series(self.c_fail, service, agent).inc()
         outcome = evaluation.verdict.outcome if evaluation.verdict else None
         if outcome is not None:
-            self._label((service, agent), t.trace_id, p, outcome == "success")
+            self._label((service, agent), t.trace_id, p, outcome == "success", superseded)
 
     def labelled(self, body: dict[str, Any], outcome: str) -> None:
         """An outcome learnt later (POST /v1/feedback) for a stored per-trace object. Its pair
@@ -140,11 +141,27 @@ class PredictionMetrics:
             values = {pair: w.value() for pair, w in self._windows.items()}
         return {pair: v for pair, v in values.items() if v is not None}
 
-    def _label(self, pair: tuple[str, str], trace_id: str, p: float, success: bool) -> None:
+    def _label(self, pair: tuple[str, str], trace_id: str, p: float, success: bool,
+               superseded: bool = False) -> None:
         with self._lock:
+            # a re-evaluation (late spans) may name another pair (the agent its root names):
+            # the superseded prediction leaves the window it was labelled in, and the label
+            # it carries there is no new one
+            moved = self._moved(pair, trace_id) if superseded else None
             window = self._windows.get(pair)
             if window is None:
                 window = self._windows[pair] = RollingAuc(*self._window)
-            new = window.add(trace_id, p, success)
+            new = window.add(trace_id, p, success) and moved is not success
         if new:  # a repeat of the label the window holds is not counted again
             self._cap.series(self.c_labelled, *pair, "success" if success else "failure").inc()
+
+    def _moved(self, pair: tuple[str, str], trace_id: str) -> bool | None:
+        """Under the lock: ``trace_id``'s entry taken out of every window but ``pair``'s; the
+        outcome it held (None: in none). A superseded evaluation only (rare: late spans), so
+        a label pays no look-up in every window."""
+        moved = None
+        for other, window in self._windows.items():
+            if other != pair:
+                held = window.remove(trace_id)
+                moved = held if held is not None else moved
+        return moved

@@ -115,6 +115,35 @@ def test_labelled_counts_a_trace_once_per_outcome_it_takes() -> None:
     assert counted() == (3, 1)
 
 
+def test_a_run_superseded_under_another_agent_leaves_its_old_window() -> None:
+    """Late spans named the agent of a run first evaluated without its root (agent unknown,
+    p_success 0: it never ended), after an outcome was recorded for it: the re-evaluation,
+    carrying that outcome, labelled it under its agent and the unknown pair's window kept the
+    superseded prediction, so one label was counted twice and the old figure stayed in an
+    AUC; the trace moves, counted once."""
+    registry = CollectorRegistry()
+    m = Metrics(registry, prediction=PredictionConfig(auc_min_per_class=1))
+    first = _predicted(1, None, "")
+    first.prediction = {"p_success": 0.0, "model": "m"}
+    m.evaluation_stored(first, 0.1, False)
+    m.prediction.labelled({"trace_id": f"{1:032x}", "service": None, "agent": "",
+                           "prediction": {"p_success": 0.0}}, "failure")  # feedback
+    again = _predicted(1, None, "booker")
+    again.verdict = Verdict(False, ["outcome: failure"], outcome="failure")
+    again.prediction = {"p_success": 0.84, "model": "m"}
+    m.evaluation_stored(again, 0.1, True)  # superseded, the recorded outcome applied
+
+    def counted(agent: str) -> float | None:
+        return registry.get_sample_value("otel_eval_prediction_labelled_total", {
+            "service": "unknown", "agent": agent, "outcome": "failure"})
+    assert (counted("unknown") or 0) + (counted("booker") or 0) == 1
+    m.evaluation_stored(_predicted(2, None, ""), 0.1, False)  # a success for the old pair:
+    m.prediction.labelled({"trace_id": f"{2:032x}", "service": None, "agent": "",
+                           "prediction": {"p_success": 0.9}}, "success")
+    assert registry.get_sample_value("otel_eval_prediction_rolling_auc", {
+        "service": "unknown", "agent": "unknown"}) is None  # its failure moved to booker
+
+
 def test_rolling_auc_is_per_service_and_agent() -> None:
     """The windows were keyed by the agent alone: two services' "assistant", the predictor
     right on one and inverted on the other, shared one window and both read 0.5."""
