@@ -345,3 +345,14 @@ def test_train_takes_the_outcomes_users_recorded_in_the_store(tau_slice: Path,
     missing = otel_eval("train", str(tau_slice), "--feedback", str(tmp_path / "none.db"),
                         "--out", str(out))
     assert missing.returncode == 2 and "--feedback: no store at" in missing.stderr
+
+
+def test_too_few_labels_names_every_source_of_labels_feedback_too() -> None:
+    """Training on the outcomes users recorded (``--feedback STORE``), all of one class, said
+    where labels come from without naming the store: the user was pointed at every source
+    but the one they used."""
+    from otel_eval.evaluate.predict.labels import TrainError
+    from otel_eval.evaluate.predict.train import fit
+
+    with pytest.raises(TrainError, match=r"got 0 and 0 .*--labels.*--feedback"):
+        fit([])

@@ -98,8 +98,9 @@ def _check(rows: list[Row]) -> None:
     successes = sum(r.label for r in rows)
     if successes < 2 or len(rows) - successes < 2:
         raise TrainError(f"need at least 2 successful and 2 failed labelled runs, got "
-                         f"{successes} and {len(rows) - successes} (labels: --labels, a "
-                         "tau-bench reward, the outcome attribute)")
+                         f"{successes} and {len(rows) - successes} (labels: --labels, the "
+                         "outcomes recorded in --feedback STORE, a tau-bench reward, the "
+                         "outcome attribute)")
     if len({r.group for r in rows}) < 2:
         raise TrainError("need runs of at least 2 tasks (folds are grouped by task)")
 
