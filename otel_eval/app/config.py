@@ -129,21 +129,29 @@ def _substituted(data: Any, environ: typing.Mapping[str, str], errors: list[str]
     as it is (read after the YAML: "0123" stays "0123", "a #b" stays whole; comments and keys
     are not read). A key holding a ``${VAR}`` is an error with its path: files of earlier
     versions (which replaced it in the raw text) keyed per-agent sections so, and the literal
-    name matches no agent. A value YAML shares (an alias) is walked once."""
+    name matches no agent. A value YAML shares (an alias) is walked once; one inside its own
+    anchor (``a: &a [*a]``) is an error with its path, walked no further (endless)."""
     done: dict[int, Any] = {}
+    inside: set[int] = set()  # the mappings and lists being walked: an alias of one loops
 
     def walk(value: Any, path: str) -> Any:
         if isinstance(value, str):
             return _substitute(value, environ, errors) if "${" in value else value
         if not isinstance(value, dict | list):
             return value
+        if id(value) in inside:
+            errors.append(f"{path[:-1] or '(top)'}: refers to itself (a YAML alias inside its "
+                          "own anchor)")
+            return None
         if id(value) not in done:
+            inside.add(id(value))
             if isinstance(value, dict):
                 errors.extend(f"{path}{k}: ${{...}} is not replaced in a key (only in values)"
                               for k in value if isinstance(k, str) and _ENV.search(k))
             done[id(value)] = ({k: walk(v, f"{path}{k}.") for k, v in value.items()}
                                if isinstance(value, dict)
                                else [walk(v, f"{path[:-1]}[{i}].") for i, v in enumerate(value)])
+            inside.discard(id(value))
         return done[id(value)]
 
     return walk(data, "")

@@ -298,6 +298,19 @@ def test_an_alias_is_substituted_once(tmp_path: Path) -> None:
     assert "x-anchors: unknown key" in e.value.errors[0]
 
 
+@pytest.mark.parametrize("text", [
+    "a: &a [*a]\n",  # a list holding itself
+    "assembly: &s\n  grace_s: 5\n  again: *s\n",  # a section holding itself
+])
+def test_an_alias_of_itself_is_refused_with_its_path(tmp_path: Path, text: str) -> None:
+    """YAML lets an anchor hold its own alias: the substitution walked it without end and
+    RecursionError went out of load_config (serve and eval stopped with a traceback)."""
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, text)
+    assert any(err.endswith("refers to itself (a YAML alias inside its own anchor)")
+               for err in e.value.errors), e.value.errors
+
+
 @pytest.mark.parametrize("argv", [
     ["eval", "t.json", "--max-cost-usd", "nan"],  # the cap never reached
     ["eval", "t.json", "--max-cost-usd", "-1"],
