@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import zlib
 
+import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 from kafka_doubles import FakeEngine, Topic, WatchedStats, produce_raw, produce_traces
+from support.clock import ManualClock
 
-from otel_eval.receive.kafka.consumer import KafkaConsumerStage
+from otel_eval.receive.kafka.consumer import POISON_LOG_INTERVAL_S, KafkaConsumerStage
 from otel_eval.receive.kafka.publisher import sarama_partition
 
 
@@ -76,6 +79,33 @@ def test_poison_record_is_counted_and_skipped_without_stalling(topic: Topic) -> 
         assert stats.poison == {"not_otlp": 1, "empty": 1}
 
     asyncio.run(scenario())
+
+
+def test_a_flood_of_poison_records_is_one_log_line_then_a_count_of_the_rest(
+        topic: Topic, caplog: pytest.LogCaptureFixture) -> None:
+    """A topic of records that are not OTLP (a producer with the wrong encoding) logged a
+    warning per record: thousands of lines a second on stderr. Every one is counted; the log
+    says one, then, after ``POISON_LOG_INTERVAL_S``, how many it left out meanwhile."""
+    async def scenario() -> None:
+        for _ in range(20):
+            await produce_raw(topic, b"\x00not an otlp request\xff", key=b"k", partition=1)
+        engine, stats, clock = FakeEngine(), WatchedStats(), ManualClock()
+        stage = KafkaConsumerStage(topic.config(), engine, stats, clock=clock)
+        await stage.start()
+        try:
+            await stats.until(lambda s: s.poison.get("not_otlp") == 20)
+            clock.advance(POISON_LOG_INTERVAL_S)
+            await produce_raw(topic, b"\x00not an otlp request\xff", key=b"k", partition=1)
+            await stats.until(lambda s: s.poison.get("not_otlp") == 21)
+        finally:
+            await stage.shutdown(5.0)
+
+    with caplog.at_level(logging.WARNING, logger="otel_eval.receive.kafka.consumer"):
+        asyncio.run(scenario())
+    lines = [r.getMessage() for r in caplog.records if "poison record" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert lines[0].endswith(": not_otlp"), lines
+    assert lines[1].endswith(": not_otlp (19 more poison records not logged since the last)")
 
 
 def test_throttled_engine_pauses_then_retries_in_order(topic: Topic) -> None:

@@ -73,6 +73,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
@@ -81,6 +82,7 @@ from aiokafka.errors import KafkaError
 from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaMetrics, KafkaStats
+from otel_eval.base.loglimit import LogLimiter
 from otel_eval.receive.ingest import Decoded, Ingest, Submitter
 from otel_eval.receive.kafka import batches
 from otel_eval.receive.kafka.assignment import (
@@ -95,6 +97,8 @@ from otel_eval.receive.kafka.retries import Retries
 
 log = logging.getLogger(__name__)
 
+# A poison record is logged at most once per this many seconds (each is counted).
+POISON_LOG_INTERVAL_S = 10.0
 
 # What the consumer needs of ``otel_eval.assemble.engine.Engine``: what ``Ingest`` needs.
 EngineLike = Submitter
@@ -127,8 +131,11 @@ class KafkaConsumerStage:
     """``start()`` on the service's loop, ``shutdown(deadline_s)`` at exit."""
 
     def __init__(self, config: KafkaConfig, engine: EngineLike,
-                 metrics_hook: KafkaMetrics | None = None) -> None:
+                 metrics_hook: KafkaMetrics | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
+        # a topic of records that are not OTLP: each counted, one logged per interval
+        self._poison_log = LogLimiter(POISON_LOG_INTERVAL_S, clock)
         self.engine = engine
         self.ingest = Ingest(engine)  # the receivers' door; accounted by ``metrics``
         self.metrics: KafkaMetrics = metrics_hook if metrics_hook is not None else KafkaStats()
@@ -281,8 +288,10 @@ class KafkaConsumerStage:
         logs = tp.topic == cfg.logs_topic and bool(cfg.logs_topic)
         decoded = decode_value(value, cfg.logs_encoding if logs else cfg.encoding, logs=logs)
         if isinstance(decoded, str):
-            log.warning("kafka poison record %s[%d]@%d: %s", tp.topic, tp.partition, offset,
-                        decoded)
+            left_out = self._poison_log.allow()
+            if left_out is not None:
+                log.warning("kafka poison record %s[%d]@%d: %s%s", tp.topic, tp.partition,
+                            offset, decoded, LogLimiter.since(left_out, "poison records"))
             self.metrics.record_poison(decoded)
             return None
         if logs and not decoded.items:

@@ -1,0 +1,35 @@
+"""A log line per kind of event at most every ``interval_s``: what a flood of bad input (a
+topic of records that are not OTLP) would otherwise write to stderr once per record. The
+events are counted by their metric either way; the log says one, then, at the next line it
+lets through, how many it left out meanwhile. Time is injected (``clock``).
+Not thread-safe: each user calls it from one thread (its event loop)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+class LogLimiter:
+    def __init__(self, interval_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._interval_s = interval_s
+        self._clock = clock
+        self._next = -float("inf")  # when the next line may be written
+        self._left_out = 0  # events not logged since the last line
+
+    def allow(self) -> int | None:
+        """None: leave this event out of the log. Else log it, with the number returned:
+        the events left out since the last line (0: none)."""
+        now = self._clock()
+        if now < self._next:
+            self._left_out += 1
+            return None
+        left_out, self._left_out = self._left_out, 0
+        self._next = now + self._interval_s
+        return left_out
+
+    @staticmethod
+    def since(left_out: int, what: str) -> str:
+        """The suffix of a line after ``left_out`` events were left out ("" after none)."""
+        return f" ({left_out} more {what} not logged since the last)" if left_out else ""
