@@ -332,11 +332,27 @@ def _read(path: str | Path) -> Any:
     try:
         return yaml.load(raw, Loader=_Loader)  # a SafeLoader (its subclass)
     except yaml.YAMLError as e:
-        raise ConfigError([f"{path}: not valid YAML: {e}"]) from e
+        raise ConfigError([f"{path}: not valid YAML: {_yaml_problem(e)}"]) from None
     except ValueError as e:  # an integer past Python's digit limit
         raise ConfigError([f"{path}: {e}"]) from e
     except RecursionError:  # the composer's and the constructor's recursion
         raise ConfigError([f"{path}: not valid YAML: nested too deep"]) from None
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """PyYAML's error as one line: where (line, column: the file is named before it) and
+    what, never the file's text (its own message quotes the line, which may hold a token)."""
+    if not isinstance(e, yaml.MarkedYAMLError):
+        return str(e).splitlines()[0] if str(e) else type(e).__name__
+    mark, context_mark = e.problem_mark or e.context_mark, e.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    problem = e.problem or e.context or "syntax error"
+    context = ""
+    if e.problem and e.context:
+        place = (f" from line {context_mark.line + 1}, column {context_mark.column + 1}"
+                 if context_mark and context_mark is not mark else "")
+        context = f" ({e.context}{place})"
+    return " ".join(f"{where}{problem}{context}".split())
 
 
 def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -217,6 +217,23 @@ def test_a_number_that_is_none_is_refused_with_its_path(tmp_path: Path, text: st
     assert [err.split(":")[0] for err in e.value.errors] == ["assembly.max_open_traces"]
 
 
+@pytest.mark.parametrize(("text", "error"), [
+    ('receiver:\n  bearer_tokens: {ci: "s3cr3t-token"\n',
+     "c.yaml: not valid YAML: line 3, column 1: expected ',' or '}', but got '<stream end>' "
+     "(while parsing a flow mapping from line 2, column 18)"),
+    ("assembly:\n  grace_s: 5\n  grace_s: 's3cr3t-token'\n",
+     "c.yaml: not valid YAML: line 3, column 3: key 'grace_s' given twice"),
+])
+def test_a_yaml_syntax_error_is_one_line_naming_the_file_and_place(tmp_path: Path, text: str,
+                                                                   error: str) -> None:
+    """PyYAML's message is 7 lines that place the error in "<unicode string>" and quote the
+    file's line: a token on it (``bearer_tokens``) went to stderr and the pod's log."""
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, text)
+    assert [err.replace(str(tmp_path / "c.yaml"), "c.yaml") for err in e.value.errors] == [error]
+    assert "s3cr3t" not in str(e.value) and "\n" not in e.value.errors[0]
+
+
 def test_yaml_nested_too_deep_is_refused_with_its_file(tmp_path: Path) -> None:
     """PyYAML recurses per level: RecursionError went out of load_config, and every command
     given the file (serve, eval, ...) stopped with a traceback."""
