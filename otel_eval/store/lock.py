@@ -47,7 +47,7 @@ class InstanceLock:
             f = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
         except OSError as e:
             raise StartupError(f"{self.what} {self.name}: cannot create "
-                               f"its lock file {self.path}: {e.strerror or e}") from None
+                               f"its lock file {self.path}: {_why(e, self.path)}") from None
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -75,3 +75,15 @@ class InstanceLock:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
             with contextlib.suppress(OSError):  # a pid a full disk left unwritten
                 f.close()
+
+
+def _why(e: OSError, path: str) -> str:
+    """Why a file cannot be made at ``path``: a part of it that is a file, not a directory
+    (``mkdir`` says "File exists" of it, which reads as a stale lock), else the error."""
+    if isinstance(e, FileExistsError | NotADirectoryError):
+        for parent in Path(path).parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    return f"{parent} is not a directory"
+                break
+    return e.strerror or str(e)

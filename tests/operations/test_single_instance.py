@@ -185,6 +185,14 @@ def test_a_store_serve_cannot_open_is_refused_in_one_line(tmp_path: Path) -> Non
     assert "store postgresql://otel:***@127.0.0.1:" in line and "s3cret" not in line
 
 
+def test_a_store_under_a_file_is_refused_naming_what_is_no_directory(tmp_path: Path) -> None:
+    """``--store`` under a regular file (a typo, a volume mounted as a file): the refusal
+    said "cannot create its lock file ...: File exists", which reads as a stale lock."""
+    (tmp_path / "data").write_text("")
+    line = one_line_failure(_serve("--store", str(tmp_path / "data" / "otel-eval.db")))
+    assert line.endswith(f": {tmp_path / 'data'} is not a directory"), line
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_a_lock_whose_pid_cannot_be_written_still_locks_and_serve_goes_on(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
