@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from judge_fake_llm import FakeLLM, Reply, completion, good
 from judge_fixtures import combined_reply, config, evaluation, step_reply, turns_reply
+from support.clock import ManualClock
 
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge import Judge, SqliteRubricCache
 from otel_eval.evaluate.judge.config import CompactionConfig
+from otel_eval.evaluate.judge.judge import FAILURE_LOG_INTERVAL_S
 from otel_eval.evaluate.judge.rubric_cache import rubric_key
 from otel_eval.evaluate.judge.session import render_session
 from otel_eval.outputs.events import judge_records
@@ -266,6 +270,28 @@ def test_failed_call_status_reaches_overall(llm: FakeLLM) -> None:
     out = run(Judge(config(llm.api_base, max_retries=0)), evaluation())
     assert out["judges"]["trace"]["status"] == "error"
     assert out["overall"]["status"] == "error"
+
+
+def test_a_judge_that_keeps_failing_is_one_log_line_per_interval(
+        llm: FakeLLM, caplog: pytest.LogCaptureFixture) -> None:
+    """A judge down (a provider outage, a wrong api_base) wrote a WARNING per failed call and
+    an INFO line per retry: with every run judged, lines at the rate runs come, burying the
+    rest of the log. Each call is still counted (otel_eval_judge_calls_total); the log says
+    one of each, then, after ``FAILURE_LOG_INTERVAL_S``, how many it left out meanwhile."""
+    llm.route = lambda body: Reply(500, {"error": {"message": "boom"}})
+    clock = ManualClock()
+    judge = Judge(config(llm.api_base, max_retries=1), clock=clock)
+    with caplog.at_level(logging.INFO, logger="otel_eval.evaluate.judge"):
+        for _ in range(5):
+            assert run(judge, evaluation())["overall"]["status"] == "error"
+        clock.advance(FAILURE_LOG_INTERVAL_S)
+        run(judge, evaluation())
+    failed = [r.getMessage() for r in caplog.records if " call: error" in r.getMessage()]
+    retries = [r.getMessage() for r in caplog.records if ", retry 1 in" in r.getMessage()]
+    assert len(failed) == 2 and failed[1].endswith(
+        " (4 more failed judge calls not logged since the last)"), failed
+    assert len(retries) == 2 and retries[1].endswith(
+        " (4 more judge retries not logged since the last)"), retries
 
 
 def test_a_reply_without_choices_still_sets_every_status(llm: FakeLLM) -> None:

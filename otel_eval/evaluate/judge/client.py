@@ -36,6 +36,7 @@ import jsonschema
 
 from otel_eval.base.backoff import Backoff
 from otel_eval.base.configcheck import ConfigError
+from otel_eval.base.loglimit import LogLimiter
 from otel_eval.base.text import checked, valid_text
 from otel_eval.base.words import wide_count
 from otel_eval.evaluate.judge.config import JudgeConfig
@@ -73,6 +74,8 @@ _RETRYABLE = (litellm.InternalServerError, litellm.ServiceUnavailableError,
               litellm.APIConnectionError, litellm.BadGatewayError)
 _HINTED = (litellm.RateLimitError, *_RETRYABLE)  # retried after their Retry-After, if any
 _FENCE = "```"
+# A failed call or a retry is logged at most once per this many seconds (each is counted).
+FAILURE_LOG_INTERVAL_S = 10.0
 _ERROR_CHARS = 300  # of a provider error's text, kept in the result and logged
 _PROBLEM_CHARS = 300  # of what is wrong with a reply, in the repair request and the error
 # Reported tokens are at most twice the UTF-8 bytes sent (a token is at least one byte of
@@ -296,6 +299,7 @@ class JudgeClient:
             lambda problem: f"Your reply could not be used: {problem}\nReply with only JSON.")
         self.clock = clock
         self.sleep = sleep  # injected so tests observe backoff delays without waiting
+        self._retry_log = LogLimiter(FAILURE_LOG_INTERVAL_S, clock)  # a judge down: one line
         self.limiter = RateLimiter(config.requests_per_min, config.tokens_per_min)
         self.budget = CostBudget(config.max_cost_usd_per_hour)
         self._semaphore: asyncio.Semaphore | None = None  # created on the caller's loop
@@ -459,7 +463,10 @@ class JudgeClient:
                                      f"{c.backoff_max_s:g}: not waited for)")
                 if delay is None or attempt == c.max_retries:
                     return None
-                log.info("judge %s: %s, retry %d in %.1fs", name, status, attempt + 1, delay)
+                left_out = self._retry_log.allow()
+                if left_out is not None:
+                    log.info("judge %s: %s, retry %d in %.1fs%s", name, status, attempt + 1,
+                             delay, LogLimiter.since(left_out, "judge retries"))
                 await self.sleep(delay)
                 continue
             choices = getattr(response, "choices", None)

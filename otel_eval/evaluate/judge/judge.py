@@ -17,9 +17,10 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any
 
 from otel_eval.base.judgement import graded
+from otel_eval.base.loglimit import LogLimiter
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge import prompting
-from otel_eval.evaluate.judge.client import CallResult, JudgeClient
+from otel_eval.evaluate.judge.client import FAILURE_LOG_INTERVAL_S, CallResult, JudgeClient
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.llm import litellm, pin_model_info
 from otel_eval.evaluate.judge.observer import JudgeObserver, NoopObserver
@@ -91,6 +92,8 @@ class Judge:
         self.rubric_cache: RubricCache = rubric_cache or MemoryRubricCache(
             ttl_s=config.rubric_ttl_days * 86400)
         self.observer: JudgeObserver = observer or NoopObserver()
+        # each failed call is counted (observer); a judge down logs one per interval
+        self._failure_log = LogLimiter(FAILURE_LOG_INTERVAL_S, clock)
         self.shape_in_prompt = shape_in_prompt(config)
         # criteria are reused only by the model and prompts that wrote them (rubric_cache)
         self.rubric_writer = rubric_writer(
@@ -230,7 +233,10 @@ class Judge:
         if result.usage_implausible:
             self.observer.usage_implausible(request.name, result.usage_implausible)
         if result.status != "ok":
-            log.warning("judge %s call: %s %s", request.name, result.status, result.error)
+            left_out = self._failure_log.allow()
+            if left_out is not None:
+                log.warning("judge %s call: %s %s%s", request.name, result.status, result.error,
+                            LogLimiter.since(left_out, "failed judge calls"))
 
     async def _send(self, request: Request, collector: Collector) -> None:
         def cut(result: CallResult) -> None:
