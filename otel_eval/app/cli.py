@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("otel_eval")
 
+# grpc's C core logs to stderr on its own, outside ``logging``: at its default verbosity a
+# line per failed TLS handshake (a plain-text exporter or a scanner at a TLS gRPC port),
+# unlimited. Its errors still show; an operator's own setting wins. Set before grpc loads.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 # The exit status each part of the running command has earned so far (a file it could not
 # read: 1): what ``main`` returns when the output pipe closes before the command ends.
 _earned: list[Callable[[], int]] = []
