@@ -224,25 +224,12 @@ class EvaluationQuery:
     @classmethod
     def from_params(cls, params: Mapping[str, Sequence[str]]) -> EvaluationQuery:
         """From URL query parameters (``urllib.parse.parse_qs`` output)."""
-        values: dict[str, str] = {}
-        for name, given in params.items():
-            if name not in PARAMETERS:
-                raise QueryError(name, f"unknown parameter (known: {', '.join(PARAMETERS)})")
-            if len(given) != 1:
-                raise QueryError(name, "given more than once")
-            values[name] = given[0]
-        kwargs: dict[str, Any] = {k: values[k] or None for k in _TEXT if k in values}
-        if "passed" in values:
-            kwargs["passed"] = _boolean(values["passed"])
-        for name in ("since", "until", "counted_since", "counted_until"):
-            if name in values:
-                kwargs[f"{name}_ns"] = parse_time(name, values[name])
+        values = single_values(params, PARAMETERS)
+        kwargs = filter_values(values, _TEXT)
+        time_bounds(values, kwargs)
         windowed(values, kwargs, "window", "since", "until")
         windowed(values, kwargs, "counted_window", "counted_since", "counted_until")
-        if "limit" in values:
-            if not is_ascii_digits(values["limit"]) or len(values["limit"]) > 4:
-                raise QueryError("limit", f"must be an integer in 1..{MAX_LIMIT}")
-            kwargs["limit"] = int(values["limit"])
+        page_limit(values, kwargs, MAX_LIMIT)
         if values.get("cursor"):
             kwargs["cursor"] = Cursor.decode(values["cursor"])
         return cls(**kwargs)
@@ -255,10 +242,45 @@ def detector_kinds(detector: str) -> tuple[str, list[str]]:
     return name, kinds.split(",") if kinds else []
 
 
-def _boolean(text: str) -> bool:
-    if text.lower() not in ("true", "false"):
-        raise QueryError("passed", "must be true or false")
-    return text.lower() == "true"
+def single_values(params: Mapping[str, Sequence[str]], known: Sequence[str]) -> dict[str, str]:
+    """The value of each of ``params`` (``urllib.parse.parse_qs`` output); ``QueryError`` for
+    a parameter not ``known`` or given more than once."""
+    values: dict[str, str] = {}
+    for name, given in params.items():
+        if name not in known:
+            raise QueryError(name, f"unknown parameter (known: {', '.join(known)})")
+        if len(given) != 1:
+            raise QueryError(name, "given more than once")
+        values[name] = given[0]
+    return values
+
+
+def filter_values(values: Mapping[str, str], text: Sequence[str]) -> dict[str, Any]:
+    """The keyword arguments of the ``text`` parameters in ``values`` ("": None) and of
+    ``passed`` (true or false)."""
+    kwargs: dict[str, Any] = {k: values[k] or None for k in text if k in values}
+    if "passed" in values:
+        if values["passed"].lower() not in ("true", "false"):
+            raise QueryError("passed", "must be true or false")
+        kwargs["passed"] = values["passed"].lower() == "true"
+    return kwargs
+
+
+def time_bounds(values: Mapping[str, str], kwargs: dict[str, Any]) -> None:
+    """The ``since``, ``until``, ``counted_since`` and ``counted_until`` of ``values`` into
+    ``kwargs`` as Unix ns (``<name>_ns``; ``parse_time``)."""
+    for name in ("since", "until", "counted_since", "counted_until"):
+        if name in values:
+            kwargs[f"{name}_ns"] = parse_time(name, values[name])
+
+
+def page_limit(values: Mapping[str, str], kwargs: dict[str, Any], most: int) -> None:
+    """The ``limit`` of ``values`` into ``kwargs``: digits, checked against 1..``most`` by
+    the query built of them."""
+    if "limit" in values:
+        if not is_ascii_digits(values["limit"]) or len(values["limit"]) > 4:
+            raise QueryError("limit", f"must be an integer in 1..{most}")
+        kwargs["limit"] = int(values["limit"])
 
 
 def parse_time(param: str, text: str) -> int:

@@ -47,14 +47,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from otel_eval.base.configcheck import is_ascii_digits
 from otel_eval.store.query import (
     QueryError,
     decode_cursor,
     encode_cursor,
+    filter_values,
     in_window,
     label_condition,
-    parse_time,
+    page_limit,
+    single_values,
+    time_bounds,
     windowed,
 )
 
@@ -187,31 +189,16 @@ class SessionQuery:
     @classmethod
     def from_params(cls, params: Mapping[str, Sequence[str]]) -> SessionQuery:
         """From URL query parameters (``urllib.parse.parse_qs`` output)."""
-        values: dict[str, str] = {}
-        for name, given in params.items():
-            if name not in PARAMETERS:
-                raise QueryError(name, f"unknown parameter (known: {', '.join(PARAMETERS)})")
-            if len(given) != 1:
-                raise QueryError(name, "given more than once")
-            values[name] = given[0]
-        kwargs: dict[str, Any] = {k: values[k] or None for k in _TEXT if k in values}
-        if "passed" in values:
-            if values["passed"].lower() not in ("true", "false"):
-                raise QueryError("passed", "must be true or false")
-            kwargs["passed"] = values["passed"].lower() == "true"
+        values = single_values(params, PARAMETERS)
+        kwargs = filter_values(values, _TEXT)
         if values.get("detector"):
             if len(values["detector"]) > MAX_DETECTOR_CHARS:
                 raise QueryError("detector", f"at most {MAX_DETECTOR_CHARS} characters "
                                  "(detector or detector:kind)")
             kwargs["detector"] = values["detector"]
-        for name in ("since", "until", "counted_since", "counted_until"):
-            if name in values:
-                kwargs[f"{name}_ns"] = parse_time(name, values[name])
+        time_bounds(values, kwargs)
         windowed(values, kwargs, "counted_window", "counted_since", "counted_until")
-        if "limit" in values:
-            if not is_ascii_digits(values["limit"]) or len(values["limit"]) > 4:
-                raise QueryError("limit", f"must be an integer in 1..{MAX_SESSION_LIMIT}")
-            kwargs["limit"] = int(values["limit"])
+        page_limit(values, kwargs, MAX_SESSION_LIMIT)
         if values.get("cursor"):
             kwargs["cursor"] = SessionCursor.decode(values["cursor"])
         return cls(**kwargs)
