@@ -65,7 +65,7 @@ from otel_eval.decode.encode import dict_to_attributes
 from otel_eval.outputs.batcher import LOGS
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.outputs.deps import Deps
-from otel_eval.outputs.sender import OtlpSender
+from otel_eval.outputs.sender import OtlpSender, SenderSink
 from otel_eval.telemetry.metrics import Metrics
 
 EVENT_NAME = "gen_ai.evaluation.result"
@@ -287,10 +287,9 @@ def session_record(record: dict[str, Any], trace_id: str, span_id: str, version:
         return None
 
 
-class EvaluationEvents:
+class EvaluationEvents(SenderSink):
     """Sink exporting ``gen_ai.evaluation.result`` records to ``config.events_endpoint``."""
 
-    delivers = True  # base.component.DeliveringSink: held in the spool until delivered
     name = SINK
 
     def __init__(self, config: ExportConfig, metrics: Metrics, *,
@@ -309,17 +308,6 @@ class EvaluationEvents:
             logs_service_pb2.ExportLogsServiceRequest, LOGS,
             lambda resp: int(resp.partial_success.rejected_log_records),
             metrics.sinks.events_emitted, metrics, config)
-
-    def start(self) -> None:
-        self._sender.start()
-
-    def shutdown(self, deadline_s: float) -> None:
-        self._sender.shutdown(deadline_s)
-
-    @property
-    def healthy(self) -> bool:
-        """Its sender's thread alive (base.component.Live)."""
-        return self._sender.alive
 
     def items(self, trace: model.Trace, evaluation: Evaluation | None) -> int:
         """One record per finding and one for the verdict; none without an evaluation."""

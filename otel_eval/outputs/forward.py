@@ -60,7 +60,7 @@ from otel_eval.decode.encode import encode_spans
 from otel_eval.outputs.batcher import TRACES
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.outputs.deps import Deps
-from otel_eval.outputs.sender import OtlpSender
+from otel_eval.outputs.sender import OtlpSender, SenderSink
 from otel_eval.telemetry.metrics import Metrics
 
 SINK = "forward"
@@ -103,10 +103,9 @@ def _summary(evaluation: Evaluation) -> dict[str, Any]:
     return summary
 
 
-class Forwarder:
+class Forwarder(SenderSink):
     """Sink forwarding each evaluated trace's spans to ``config.forward_endpoint``."""
 
-    delivers = True  # base.component.DeliveringSink: held in the spool until delivered
     name = SINK
 
     def __init__(self, config: ExportConfig, metrics: Metrics) -> None:
@@ -118,17 +117,6 @@ class Forwarder:
             trace_service_pb2.ExportTraceServiceRequest, TRACES,
             lambda resp: int(resp.partial_success.rejected_spans),
             metrics.sinks.forwarded, metrics, config)
-
-    def start(self) -> None:
-        self._sender.start()
-
-    def shutdown(self, deadline_s: float) -> None:
-        self._sender.shutdown(deadline_s)
-
-    @property
-    def healthy(self) -> bool:
-        """Its sender's thread alive (base.component.Live)."""
-        return self._sender.alive
 
     def items(self, trace: model.Trace, evaluation: Evaluation | None) -> int:
         return len(trace.spans) + len(trace.passed)  # stamped or passed on, every span goes

@@ -353,3 +353,24 @@ class OtlpSender(Generic[R]):
 
     def _drop(self, reason: str, n: int) -> None:
         self._metrics.sinks.dropped(self.sink, reason, n)
+
+
+class SenderSink:
+    """What a sink over an ``OtlpSender`` (events, pass-through) does the same way: it
+    delivers what it is given (``base.component.DeliveringSink``), and its lifecycle and
+    health are its sender's (``start``, ``shutdown``, ``healthy``: ``base.component.Live``).
+    A subclass sets ``name`` and ``_sender`` in its constructor."""
+
+    delivers = True  # base.component.DeliveringSink: held in the spool until delivered
+    _sender: OtlpSender[Any]
+
+    def start(self) -> None:
+        self._sender.start()
+
+    def shutdown(self, deadline_s: float) -> None:
+        self._sender.shutdown(deadline_s)
+
+    @property
+    def healthy(self) -> bool:
+        """Its sender's thread alive (base.component.Live)."""
+        return self._sender.alive
