@@ -151,11 +151,17 @@ def _raw_pieces(headers: Message, rfile: _Stream, limit: int) -> Any:
     length = int(raw_length)
     if length > limit:
         raise BodyError(413, f"body of {length} bytes exceeds the limit of {limit}")
-    while length > 0:
-        piece = rfile.read(min(_PIECE, length))
+    yield from _exactly(rfile, length, "the client closed before the end of its Content-Length")
+
+
+def _exactly(rfile: _Stream, n: int, closed: str) -> Any:
+    """Yield the next ``n`` bytes of ``rfile`` in pieces of at most ``_PIECE``;
+    ``ClientClosed(closed)`` when the client closes before the last."""
+    while n > 0:
+        piece = rfile.read(min(_PIECE, n))
         if not piece:
-            raise ClientClosed("the client closed before the end of its Content-Length")
-        length -= len(piece)
+            raise ClientClosed(closed)
+        n -= len(piece)
         yield piece
 
 
@@ -173,12 +179,7 @@ def _chunks(rfile: _Stream, limit: int) -> Any:
         total += size
         if total > limit:
             raise BodyError(413, f"chunked body exceeds the limit of {limit} bytes")
-        while size > 0:
-            piece = rfile.read(min(_PIECE, size))
-            if not piece:
-                raise ClientClosed("the client closed inside a chunk")
-            size -= len(piece)
-            yield piece
+        yield from _exactly(rfile, size, "the client closed inside a chunk")
         if rfile.read(2) != b"\r\n":
             raise BodyError(400, "malformed chunked body (no CRLF after a chunk)")
     for _ in range(64):  # trailer fields, ignored; an empty line ends them
