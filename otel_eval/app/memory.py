@@ -5,9 +5,15 @@ Each part is a bound of the configuration times what one item it counts costs in
 or a measured figure (the idle tree, the issues job's peak). The parts may all be full at
 once (a slow store fills pending, the judge and the exporters while traffic goes on), so
 their sum is what a container's memory limit must hold: the chart's default config is kept
-under its default limit (tests/deploy/test_chart_memory.py). docs/architecture.md (Memory at
-worst) gives the figures for the defaults. An upper bound: a span released and not yet
-evaluated is counted both pending and kept for re-opening.
+under its default limit, and every chart example under its own (tests/deploy/
+test_chart_memory.py). docs/architecture.md (Memory at worst) gives the figures for the
+defaults. An upper bound: a span released and not yet evaluated is counted both pending and
+kept for re-opening.
+
+Only the parts the mode builds are counted (``app/service.py``): a receiver-mode front end
+(``kafka.publish``) has no engine, spool, sinks, judge, evaluation worker nor issues job, and
+holds, beyond the requests it receives, their records being published; the issues job runs
+only with ``issues.interval_s`` > 0.
 
 Not counted: an evaluation worker's trace (``trajectory`` bounds); the requests being decoded,
 protobuf and OTLP/JSON, are within ``receiver.max_decoding_bytes``.
@@ -24,6 +30,10 @@ MIB = 1024 * 1024
 # litellm's price map as JSON, the success model needs no scikit-learn: the issues job's
 # clustering imports it, ISSUES_BYTES); bench/idle_memory.py, the chart's resources comment
 IDLE_BYTES = 300 * MIB
+# serve --kafka-publish, one process (no worker, no judge; aiokafka imported): 64 MiB RSS
+# measured with the service started up to its publisher (no broker here, so not its
+# connections nor the receivers' threads: the rest is their margin)
+FRONT_END_IDLE_BYTES = 96 * MIB
 # the issues job's peak over 3,000 distinct critiques (``issues.max_exact``), bench/README.md
 ISSUES_BYTES = 432 * MIB
 # what grpc's C core reads of a gRPC call's message while the call waits for a worker thread
@@ -33,10 +43,29 @@ GRPC_QUEUED_CALL_BYTES = 8 * MIB
 
 
 def worst_case(config: Config) -> dict[str, int]:
-    """Bytes each part may hold at once, at worst (module docstring)."""
-    a, r = config.assembly, config.receiver
-    parts = {
-        "idle process tree (serve, one worker)": IDLE_BYTES,
+    """Bytes each part the mode builds may hold at once, at worst (module docstring)."""
+    front_end = config.kafka.enabled and config.kafka.publish
+    parts = {"idle process (serve --kafka-publish)" if front_end
+             else "idle process tree (serve, one worker)":
+             FRONT_END_IDLE_BYTES if front_end else IDLE_BYTES}
+    parts.update(_receiving(config))
+    if front_end:
+        # decoded spans encoded again, a request of several traces parsed again to split it,
+        # one record per trace and the producer's copy, held until Kafka acknowledged: ~0.6
+        # of the request's decoding charge at most, measured (LLM agent spans ~0.62, small
+        # spans of 6,000 traces ~0.24; bounded here by the whole charge): the charge is held
+        # until the publish returns, so max_decoding_bytes bounds the requests being published
+        parts["records being published (max_decoding_bytes)"] = \
+            config.receiver.max_decoding_bytes
+        return parts
+    parts.update(_evaluating(config))
+    return parts
+
+
+def _receiving(config: Config) -> dict[str, int]:
+    """The OTLP receivers' requests, in either mode."""
+    r = config.receiver
+    return {
         "OTLP/HTTP request bodies in flight": max(r.max_body_bytes_in_flight,
                                                   r.max_message_bytes),
         "OTLP/gRPC messages being read (grpc_workers x max_message_bytes)":
@@ -45,6 +74,13 @@ def worst_case(config: Config) -> dict[str, int]:
             max(0, r.grpc_max_concurrent_rpcs - r.grpc_workers)
             * min(r.max_message_bytes, GRPC_QUEUED_CALL_BYTES),
         "OTLP requests being decoded (max_decoding_bytes)": r.max_decoding_bytes,
+    }
+
+
+def _evaluating(config: Config) -> dict[str, int]:
+    """Assembly, the issues job and the sinks' queues of an evaluator."""
+    a = config.assembly
+    parts = {
         "pending spans (max_pending_bytes + max_pending_spans x SPAN_HELD_BYTES)":
             a.max_pending_bytes + a.max_pending_spans * SPAN_HELD_BYTES,
         "pending log records (max_pending_log_bytes + records x RECORD_HELD_BYTES)":
@@ -52,8 +88,9 @@ def worst_case(config: Config) -> dict[str, int]:
         "released traces kept for re-opening (max_released_bytes)": a.max_released_bytes,
         "remembered trace ids (tombstones and cut marks, 2 x max_tombstones)":
             2 * a.max_tombstones * ID_HELD_BYTES,
-        "issues job": ISSUES_BYTES,
     }
+    if config.issues.interval_s > 0:
+        parts["issues job"] = ISSUES_BYTES
     exporters = sum(bool(e) for e in (config.export.events_endpoint,
                                       config.export.forward_endpoint))
     if exporters:

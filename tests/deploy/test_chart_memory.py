@@ -76,3 +76,31 @@ def test_a_request_the_chart_takes_fits_its_decoding_budget() -> None:
                      ).receiver
     per_byte = DecodeBudget(1 << 40).cost(body) / len(body)
     assert per_byte * receiver.max_message_bytes <= receiver.max_decoding_bytes, per_byte
+
+
+def test_a_receiver_counts_what_a_front_end_holds() -> None:
+    """``serve --kafka-publish`` builds no engine, no spool, sinks nor issues job
+    (``Service.front_end``): its requests go to Kafka as they come. Counted as an evaluator,
+    the receiver example's ~1.9 GiB stood against its 1Gi limit for parts it never holds; what
+    it does hold beyond the requests is their records being published."""
+    evaluator = build(Config, {"kafka": {"brokers": "kafka:9092"},
+                               "judge": {"model": "openai/gpt-4o-mini"},
+                               "export": {"events_endpoint": "collector:4317"}})
+    receiver = build(Config, {"kafka": {"brokers": "kafka:9092", "publish": True},
+                              "judge": {"model": "openai/gpt-4o-mini"},
+                              "export": {"events_endpoint": "collector:4317"}})
+    held = worst_case(evaluator)
+    front = worst_case(receiver)
+    assert not [n for n in front if any(
+        word in n for word in ("pending", "released", "trace ids", "issues", "judge", "export"))]
+    assert front["records being published (max_decoding_bytes)"] == \
+        receiver.receiver.max_decoding_bytes
+    receiving = [n for n in held if "OTLP" in n]
+    assert receiving and all(front[n] == held[n] for n in receiving)
+    assert sum(front.values()) < sum(held.values()) - 2 * 2**30
+
+
+def test_the_issues_job_is_counted_only_when_it_runs() -> None:
+    """``issues.interval_s`` 0 builds no issues job (``issues_job.build``)."""
+    on, off = Config(), build(Config, {"issues": {"interval_s": 0}})
+    assert sum(worst_case(on).values()) - sum(worst_case(off).values()) == 432 * 2**20
