@@ -10,8 +10,10 @@ memory bound.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
-from deploy_files import CHART
+from deploy_files import CHART, sidecar_config, sidecar_container, sidecar_docs
 
 from otel_eval.app.config import Config, build
 from otel_eval.app.memory import worst_case
@@ -26,7 +28,10 @@ def _quantity(text: str) -> int:
 def test_the_chart_config_fits_its_memory_limit() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     limit = _quantity(values["resources"]["limits"]["memory"])
-    parts = worst_case(build(Config, values["config"]))
+    _fits(worst_case(build(Config, values["config"])), limit)
+
+
+def _fits(parts: dict[str, int], limit: int) -> None:
     total = sum(parts.values())
     assert total <= limit, "\n".join(
         [f"worst case {total >> 20} MiB over the limit {limit >> 20} MiB:"]
@@ -104,3 +109,11 @@ def test_the_issues_job_is_counted_only_when_it_runs() -> None:
     """``issues.interval_s`` 0 builds no issues job (``issues_job.build``)."""
     on, off = Config(), build(Config, {"issues": {"interval_s": 0}})
     assert sum(worst_case(on).values()) - sum(worst_case(off).values()) == 432 * 2**20
+
+
+def test_the_sidecar_example_fits_its_memory_limit(tmp_path: Path) -> None:
+    """The sidecar ran serve on the code's defaults (~4.9 GiB at worst) under a 1Gi limit:
+    the bounds of a fleet's evaluator, not of one agent's runs."""
+    docs = sidecar_docs()
+    limit = _quantity(sidecar_container(docs)["resources"]["limits"]["memory"])
+    _fits(worst_case(sidecar_config(docs, tmp_path)), limit)

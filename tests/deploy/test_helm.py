@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -26,13 +25,17 @@ from deploy_files import (
     Helm,
     dockerfile_stages,
     docs_of_kind,
-    entrypoint_argv,
+    main_container,
     one,
+    pod_config,
+    pod_spec,
+    sidecar_config,
+    sidecar_container,
+    sidecar_docs,
     values_args,
     workload,
 )
 
-from otel_eval.app import cli
 from otel_eval.app.config import Config, check_exposure
 from otel_eval.base.configcheck import parse_endpoint
 
@@ -41,9 +44,6 @@ KUBE_VERSIONS = ("1.28.0", "1.35.0")
 CRDS = {"ServiceMonitor", "PrometheusRule"}
 VALUES = [None, *VALUES_FILES]
 VALUES_IDS = ["defaults", *(p.stem for p in VALUES_FILES)]
-CONFIG_PATH = "/etc/otel-eval/config.yaml"
-# Secrets that hold more than a token (what _pod_environ puts in the pod's environment).
-SECRET_SHAPES = {"OTEL_EVAL_STORE_URL": "postgresql://otel-eval:secret-{}@postgresql:5432/otel_eval"}
 
 
 def _defaults() -> dict[str, Any]:
@@ -56,60 +56,6 @@ def _default_ports() -> dict[str, int]:
     return {"otlp-grpc": parse_endpoint(c.receiver.grpc_endpoint)[1],
             "otlp-http": parse_endpoint(c.receiver.http_endpoint)[1],
             "admin": parse_endpoint(c.admin.endpoint)[1]}
-
-
-def _pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    spec: dict[str, Any] = workload(docs)["spec"]["template"]["spec"]
-    return spec
-
-
-def _container(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    (c,) = _pod_spec(docs)["containers"]
-    return c
-
-
-def _pod_environ(container: dict[str, Any], worker_index: int = 0) -> dict[str, str]:
-    """What the pod's environment would hold: literal values, secrets as placeholders, the
-    StatefulSet pod-index label as the given ordinal. Nothing else: the config must not need
-    a variable the pod does not set."""
-    env: dict[str, str] = {}
-    for var in container.get("env", []):
-        source = var.get("valueFrom", {})
-        if "value" in var:
-            env[var["name"]] = var["value"]
-        elif "secretKeyRef" in source:  # the Secret's value, shaped as the Secret holds it
-            env[var["name"]] = SECRET_SHAPES.get(var["name"], "secret-{}").format(
-                var["name"].lower())
-        elif source.get("fieldRef", {}).get("fieldPath") == \
-                "metadata.labels['apps.kubernetes.io/pod-index']":
-            env[var["name"]] = str(worker_index)
-        else:
-            raise AssertionError(f"unexpected env source {var}")
-    return env
-
-
-def _pod_config(docs: list[dict[str, Any]], tmp_path: Path, worker_index: int = 0) -> Config:
-    """The config `otel-eval serve` would run with: the container's argv through the real
-    command line (flags over file), the ConfigMap's file read with only the pod's environment."""
-    container = _container(docs)
-    argv = [*container["command"], *container["args"]]
-    assert argv[:2] == ["otel-eval", "serve"], argv
-    args = cli.build_parser().parse_args(argv[1:])
-    assert args.config == [CONFIG_PATH]
-    overrides = {k: v for k, v in vars(args).items()
-                 if k in ("grpc_endpoint", "http_endpoint", "admin_endpoint", "store")
-                 and v is not None}
-    assert not overrides, f"flags would override the config file: {overrides}"
-    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    volume = next(v for v in _pod_spec(docs)["volumes"] if v["name"] == mounts["/etc/otel-eval"])
-    configmap = one(docs, "ConfigMap")
-    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
-    config = tmp_path / f"config-{worker_index}.yaml"
-    config.write_text(configmap["data"]["config.yaml"])
-    args.config = [config]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(os, "environ", _pod_environ(container, worker_index))
-        return cli.config_from_args(args)
 
 
 def _validate(doc: dict[str, Any]) -> None:
@@ -170,23 +116,23 @@ def test_examples_use_only_chart_values() -> None:
 @pytest.mark.parametrize("values", VALUES, ids=VALUES_IDS)
 def test_config_loads_and_ports_agree(helm: Helm, values: Path | None, tmp_path: Path) -> None:
     docs = helm.template(*values_args(values))
-    cfg = _pod_config(docs, tmp_path)
+    cfg = pod_config(docs, tmp_path)
     endpoints = {"otlp-grpc": cfg.receiver.grpc_endpoint, "otlp-http": cfg.receiver.http_endpoint,
                  "admin": cfg.admin.endpoint}
     bound = {name: parse_endpoint(ep) for name, ep in endpoints.items()}
     assert bound == {name: ("0.0.0.0", port) for name, port in _default_ports().items()}
-    container = {p["name"]: p["containerPort"] for p in _container(docs)["ports"]}
+    container = {p["name"]: p["containerPort"] for p in main_container(docs)["ports"]}
     assert container == _default_ports()
     for service in docs_of_kind(docs, "Service"):
         ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
         assert ports == {n: (port, n) for n, port in _default_ports().items()}, service
-    mounted = [m["mountPath"] for m in _container(docs)["volumeMounts"]]
+    mounted = [m["mountPath"] for m in main_container(docs)["volumeMounts"]]
     assert str(Path(cfg.store.path).parent) in mounted, (cfg.store.path, mounted)
 
 
 @pytest.mark.parametrize("values", VALUES, ids=VALUES_IDS)
 def test_probes_hit_admin_health_paths(helm: Helm, values: Path | None) -> None:
-    container = _container(helm.template(*values_args(values)))
+    container = main_container(helm.template(*values_args(values)))
     admin = {p["name"]: p["containerPort"] for p in container["ports"]}["admin"]
     assert admin == _default_ports()["admin"]
     expected = {"livenessProbe": "/healthz", "readinessProbe": "/readyz",
@@ -202,16 +148,16 @@ def test_evaluator_default_is_a_statefulset_with_a_volume_claim(helm: Helm,
     sts = one(docs, "StatefulSet")
     assert not docs_of_kind(docs, "Deployment")
     (claim,) = sts["spec"]["volumeClaimTemplates"]
-    mount = next(m for m in _container(docs)["volumeMounts"]
+    mount = next(m for m in main_container(docs)["volumeMounts"]
                  if m["name"] == claim["metadata"]["name"])
-    assert Path(_pod_config(docs, tmp_path).store.path).parent == Path(mount["mountPath"])
+    assert Path(pod_config(docs, tmp_path).store.path).parent == Path(mount["mountPath"])
     assert claim["spec"]["resources"]["requests"]["storage"] == _defaults()["persistence"]["size"]
     # The data volume is the claim, not an emptyDir shadowing it.
-    assert claim["metadata"]["name"] not in {v["name"] for v in _pod_spec(docs)["volumes"]}
+    assert claim["metadata"]["name"] not in {v["name"] for v in pod_spec(docs)["volumes"]}
     headless = [s for s in docs_of_kind(docs, "Service") if s["spec"].get("clusterIP") == "None"]
     assert [s["metadata"]["name"] for s in headless] == [sts["spec"]["serviceName"]]
-    assert "--kafka-publish" not in _container(docs)["args"]
-    ctx = _pod_spec(docs)["securityContext"]
+    assert "--kafka-publish" not in main_container(docs)["args"]
+    ctx = pod_spec(docs)["securityContext"]
     assert ctx["runAsNonRoot"] and ctx["fsGroup"] == ctx["runAsUser"] != 0
 
 
@@ -231,9 +177,9 @@ def test_readme_says_where_a_scaled_down_pods_runs_in_flight_wait(helm: Helm,
     sts = one(docs, "StatefulSet")
     assert sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenScaled"] == kept == "Retain"
     (claim,) = sts["spec"]["volumeClaimTemplates"]
-    mount = next(m for m in _container(docs)["volumeMounts"]
+    mount = next(m for m in main_container(docs)["volumeMounts"]
                  if m["name"] == claim["metadata"]["name"])
-    spool = Path(_pod_config(docs, tmp_path).store.spool_file() or "")
+    spool = Path(pod_config(docs, tmp_path).store.spool_file() or "")
     assert spool.parent == Path(mount["mountPath"])  # what the scale-up's start replays
     row = next(line for line in readme.splitlines()
                if line.startswith("| `terminationGracePeriodSeconds` |"))
@@ -246,10 +192,10 @@ def test_receiver_mode_is_a_stateless_publishing_deployment(helm: Helm, tmp_path
     assert not docs_of_kind(docs, "StatefulSet")
     assert not docs_of_kind(docs, "PersistentVolumeClaim")
     assert "volumeClaimTemplates" not in deployment["spec"]
-    assert all("persistentVolumeClaim" not in v for v in _pod_spec(docs)["volumes"])
-    assert "--kafka-publish" in _container(docs)["args"]
+    assert all("persistentVolumeClaim" not in v for v in pod_spec(docs)["volumes"])
+    assert "--kafka-publish" in main_container(docs)["args"]
     assert deployment["spec"]["replicas"] == 3
-    cfg = _pod_config(docs, tmp_path)
+    cfg = pod_config(docs, tmp_path)
     assert cfg.kafka.enabled and cfg.kafka.compression == "zstd"
     if "publish" in {f.name for f in dataclasses.fields(cfg.kafka)}:  # kafka.publish (new)
         assert cfg.kafka.publish is True
@@ -268,7 +214,7 @@ def test_kafka_workers_take_disjoint_partitions_by_ordinal(helm: Helm, tmp_path:
     assert one(docs, "StatefulSet")["spec"]["replicas"] == replicas
     owners: dict[int, int] = {}
     for ordinal in range(replicas):
-        kafka = _pod_config(docs, tmp_path, worker_index=ordinal).kafka
+        kafka = pod_config(docs, tmp_path, worker_index=ordinal).kafka
         assert (kafka.assignment, kafka.worker_count, kafka.worker_index) == \
             ("static", replicas, ordinal)
         assert kafka.security.sasl_password == "secret-kafka_sasl_password"
@@ -291,12 +237,12 @@ def test_scaling_workers_changes_the_config_checksum(helm: Helm) -> None:
 
 def test_judge_and_grafana_secrets_reach_the_config_as_env(helm: Helm, tmp_path: Path) -> None:
     docs = helm.template("-f", str(EXAMPLES / "values-judge.yaml"))
-    env = {e["name"]: e for e in _container(docs)["env"]}
+    env = {e["name"]: e for e in main_container(docs)["env"]}
     assert env["OPENAI_API_KEY"]["valueFrom"]["secretKeyRef"] == \
         {"name": "llm-keys", "key": "openai-api-key"}
     assert env["GRAFANA_TOKEN"]["valueFrom"]["secretKeyRef"] == \
         {"name": "grafana-token", "key": "token"}
-    cfg = _pod_config(docs, tmp_path)
+    cfg = pod_config(docs, tmp_path)
     assert cfg.issues.grafana.token == "secret-grafana_token"
     assert cfg.judge.model == "openai/gpt-4o-mini"
     assert "secret-" not in one(docs, "ConfigMap")["data"]["config.yaml"]
@@ -345,14 +291,16 @@ def test_prometheus_rule_is_the_grafana_rule_file(helm: Helm) -> None:
 
 
 def test_sidecar_example(tmp_path: Path) -> None:
-    pod = yaml.safe_load(SIDECAR.read_text())
-    _validate(pod)
-    (sidecar,) = [c for c in pod["spec"]["initContainers"] if c["name"] == "otel-eval"]
+    docs = sidecar_docs()
+    for doc in docs:
+        _validate(doc)
+    pod = one(docs, "Pod")
+    sidecar = sidecar_container(docs)
     assert sidecar.get("restartPolicy") == "Always", "a native sidecar outlives the agent"
     assert "command" not in sidecar, "the example relies on the image's entrypoint"
-    # The effective command line: the Dockerfile's ENTRYPOINT followed by the pod's args.
-    cfg = cli.config_from_args(cli.build_parser().parse_args(
-        entrypoint_argv(*sidecar["args"])[1:]))
+    # The effective command line: the Dockerfile's ENTRYPOINT followed by the pod's args,
+    # its --config read from the example's ConfigMap.
+    cfg = sidecar_config(docs, tmp_path)
     ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
     assert ports == {"otlp-grpc": parse_endpoint(cfg.receiver.grpc_endpoint)[1],
                      "otlp-http": parse_endpoint(cfg.receiver.http_endpoint)[1],
@@ -377,8 +325,8 @@ def test_evaluation_workers_follow_the_pod_not_the_node(helm: Helm, values: Path
     start), which values.yaml says config.assembly and config.judge bound. The count must come
     from the pod's spec: a CPU limit (the cgroup quota caps it) or a worker count."""
     docs = helm.template(*values_args(values))
-    limits = _container(docs)["resources"].get("limits", {})
-    workers = _pod_config(docs, tmp_path).evaluation.workers
+    limits = main_container(docs)["resources"].get("limits", {})
+    workers = pod_config(docs, tmp_path).evaluation.workers
     assert workers > 0 or "cpu" in limits, (workers, limits)
 
 
@@ -386,23 +334,22 @@ def test_evaluation_workers_follow_the_pod_not_the_node(helm: Helm, values: Path
 def test_without_a_cpu_limit_workers_are_the_cores_requested(helm: Helm, tmp_path: Path,
                                                              cpu: str, workers: int) -> None:
     docs = helm.template("--set-string", f"resources.requests.cpu={cpu}")
-    assert _pod_config(docs, tmp_path).evaluation.workers == workers
+    assert pod_config(docs, tmp_path).evaluation.workers == workers
     limited = helm.template("--set-string", f"resources.requests.cpu={cpu}",
                             "--set-string", "resources.limits.cpu=2")
-    assert _pod_config(limited, tmp_path).evaluation.workers == 0  # the quota caps it
+    assert pod_config(limited, tmp_path).evaluation.workers == 0  # the quota caps it
     mine = helm.template("--set", "config.evaluation.workers=3")
-    assert _pod_config(mine, tmp_path).evaluation.workers == 3
+    assert pod_config(mine, tmp_path).evaluation.workers == 3
 
 
-def test_sidecar_example_starts_and_keeps_otlp_in_the_pod() -> None:
+def test_sidecar_example_starts_and_keeps_otlp_in_the_pod(tmp_path: Path) -> None:
     """serve refuses to listen beyond the host without TLS and tokens unless allowed
     (check_exposure, exit 2): the example's command line must pass it, or the native sidecar
     crash-loops and the agent never starts. The agent exports to localhost, so OTLP need not
     be reachable from other pods; the admin port must be (kubelet probes reach the pod IP)."""
-    pod = yaml.safe_load(SIDECAR.read_text())
-    (sidecar,) = [c for c in pod["spec"]["initContainers"] if c["name"] == "otel-eval"]
-    cfg = cli.config_from_args(cli.build_parser().parse_args(
-        entrypoint_argv(*sidecar["args"])[1:]))
+    docs = sidecar_docs()
+    sidecar = sidecar_container(docs)
+    cfg = sidecar_config(docs, tmp_path)
     check_exposure(cfg)
     # as the chart's pods: a worker count from the pod, not one per core of the node
     assert cfg.evaluation.workers > 0 or "cpu" in sidecar["resources"].get("limits", {})
@@ -416,9 +363,9 @@ def test_evaluator_without_persistence_uses_an_emptydir(helm: Helm, tmp_path: Pa
     sts = one(docs, "StatefulSet")
     assert "volumeClaimTemplates" not in sts["spec"]
     assert "persistentVolumeClaimRetentionPolicy" not in sts["spec"]
-    store_dir = str(Path(_pod_config(docs, tmp_path).store.path).parent)
-    mount = next(m for m in _container(docs)["volumeMounts"] if m["mountPath"] == store_dir)
-    volume = next(v for v in _pod_spec(docs)["volumes"] if v["name"] == mount["name"])
+    store_dir = str(Path(pod_config(docs, tmp_path).store.path).parent)
+    mount = next(m for m in main_container(docs)["volumeMounts"] if m["mountPath"] == store_dir)
+    volume = next(v for v in pod_spec(docs)["volumes"] if v["name"] == mount["name"])
     assert volume == {"name": mount["name"], "emptyDir": {}}
     for doc in docs:
         _validate(doc)
@@ -430,19 +377,19 @@ def test_a_postgresql_store_keeps_the_spool_on_a_volume_claim(helm: Helm,
     the pod's claim with the PostgreSQL store too, so a rolling update resumes those runs."""
     docs = helm.template("--set", "postgresql.existingSecret=pg", "--set", "postgresql.key=u")
     sts = one(docs, "StatefulSet")
-    env = {e["name"]: e for e in _container(docs)["env"]}
+    env = {e["name"]: e for e in main_container(docs)["env"]}
     assert env["OTEL_EVAL_STORE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "pg", "key": "u"}
-    cfg = _pod_config(docs, tmp_path)
+    cfg = pod_config(docs, tmp_path)
     assert cfg.store.url == "postgresql://otel-eval:secret-otel_eval_store_url@postgresql:5432/" \
         "otel_eval"
     assert "secret-" not in one(docs, "ConfigMap")["data"]["config.yaml"]
     spool = cfg.store.spool_file()
     assert spool is not None
     (claim,) = sts["spec"]["volumeClaimTemplates"]
-    mount = next(m for m in _container(docs)["volumeMounts"]
+    mount = next(m for m in main_container(docs)["volumeMounts"]
                  if m["name"] == claim["metadata"]["name"])
     assert Path(spool).parent == Path(mount["mountPath"])
-    assert claim["metadata"]["name"] not in {v["name"] for v in _pod_spec(docs)["volumes"]}
+    assert claim["metadata"]["name"] not in {v["name"] for v in pod_spec(docs)["volumes"]}
     for doc in docs:
         _validate(doc)
     # persistence.enabled=false: the spool on an emptyDir, lost with the pod
@@ -453,11 +400,11 @@ def test_a_postgresql_store_keeps_the_spool_on_a_volume_claim(helm: Helm,
     # the receiver mode never opens one
     workers = helm.template("-f", str(EXAMPLES / "values-kafka-workers.yaml"))
     assert "volumeClaimTemplates" not in one(workers, "StatefulSet")["spec"]
-    assert _pod_config(workers, tmp_path).store.url.startswith("postgresql://")
+    assert pod_config(workers, tmp_path).store.url.startswith("postgresql://")
     receiver = helm.template("-f", str(EXAMPLES / "values-receiver-kafka.yaml"),
                              "--set", "postgresql.existingSecret=pg")
-    assert "OTEL_EVAL_STORE_URL" not in {e["name"] for e in _container(receiver).get("env", [])}
-    assert _pod_config(receiver, tmp_path).store.url == ""
+    assert "OTEL_EVAL_STORE_URL" not in {e["name"] for e in main_container(receiver).get("env", [])}
+    assert pod_config(receiver, tmp_path).store.url == ""
 
 
 @pytest.mark.parametrize(("setting", "message"), [
@@ -499,13 +446,13 @@ def test_the_drain_after_sigterm_follows_the_pods_grace(helm: Helm, tmp_path: Pa
     """serve drains for service.shutdown_timeout_s; the chart derives it from
     terminationGracePeriodSeconds, so a longer grace gives the judge that much longer, and
     refuses a configured one the kubelet would cut short."""
-    default = _pod_config(helm.template(), tmp_path).service.shutdown_timeout_s
+    default = pod_config(helm.template(), tmp_path).service.shutdown_timeout_s
     assert 0 < default < _defaults()["terminationGracePeriodSeconds"]
     longer = helm.template("--set", "terminationGracePeriodSeconds=300")
-    assert _pod_config(longer, tmp_path).service.shutdown_timeout_s == 295
-    assert _pod_spec(longer)["terminationGracePeriodSeconds"] == 300
+    assert pod_config(longer, tmp_path).service.shutdown_timeout_s == 295
+    assert pod_spec(longer)["terminationGracePeriodSeconds"] == 300
     own = helm.template("--set", "config.service.shutdown_timeout_s=40")
-    assert _pod_config(own, tmp_path).service.shutdown_timeout_s == 40
+    assert pod_config(own, tmp_path).service.shutdown_timeout_s == 40
     r = helm.run("template", "x", str(CHART), "--set", "config.service.shutdown_timeout_s=60")
     assert r.returncode != 0 and "below terminationGracePeriodSeconds" in r.stderr, r.stderr
 
@@ -564,7 +511,7 @@ def test_a_private_ca_is_mounted_for_postgresql_and_kafka(helm: Helm, tmp_path: 
     Without it no value could put the file in the pod (read-only root file system)."""
     docs = helm.template("--set", "postgresql.existingSecret=pg", "--set", "kafka.brokers=k:9093",
                          "--set", f"caBundle.{source}=private-ca", "--set", "caBundle.key=ca.pem")
-    container, spec = _container(docs), _pod_spec(docs)
+    container, spec = main_container(docs), pod_spec(docs)
     mount = next(m for m in container["volumeMounts"] if m["name"] == "ca")
     assert mount.get("readOnly") is True and "subPath" not in mount  # rotation reaches it
     volume = next(v for v in spec["volumes"] if v["name"] == "ca")
@@ -575,14 +522,14 @@ def test_a_private_ca_is_mounted_for_postgresql_and_kafka(helm: Helm, tmp_path: 
     ca_file = f"{mount['mountPath']}/ca.pem"
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["PGSSLROOTCERT"] == ca_file  # libpq's sslrootcert
-    cfg = _pod_config(docs, tmp_path)
+    cfg = pod_config(docs, tmp_path)
     assert cfg.kafka.security.tls_ca_file == ca_file
     for doc in docs:
         _validate(doc)
     # a tls_ca_file of the config's own wins; no CA bundle: nothing mounted, nothing set
     own = helm.template("--set", "kafka.brokers=k:9093", "--set", "caBundle.secretName=ca",
                         "--set", "config.kafka.security.tls_ca_file=/x/ca.pem")
-    assert _pod_config(own, tmp_path).kafka.security.tls_ca_file == "/x/ca.pem"
+    assert pod_config(own, tmp_path).kafka.security.tls_ca_file == "/x/ca.pem"
     plain = helm.template("--set", "kafka.brokers=k:9093")
-    assert "ca" not in {v["name"] for v in _pod_spec(plain)["volumes"]}
-    assert _pod_config(plain, tmp_path).kafka.security.tls_ca_file == ""
+    assert "ca" not in {v["name"] for v in pod_spec(plain)["volumes"]}
+    assert pod_config(plain, tmp_path).kafka.security.tls_ca_file == ""

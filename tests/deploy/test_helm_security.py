@@ -11,10 +11,20 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from deploy_files import CHART, NAMESPACE, Helm, docs_of_kind, entrypoint_argv, one
+from deploy_files import (
+    CHART,
+    NAMESPACE,
+    Helm,
+    docs_of_kind,
+    entrypoint_argv,
+    main_container,
+    one,
+    pod_config,
+    pod_spec,
+)
 from support.ports import free_port
 from test_dockerfile import _instructions
-from test_helm import _container, _pod_config, _pod_spec, _validate
+from test_helm import _validate
 
 from otel_eval.app.service import check_exposure
 from otel_eval.receive.security import served_host
@@ -31,12 +41,12 @@ SECURED = ("--set", "security.tls.secretName=otel-eval-tls",
 def test_default_release_is_explicitly_insecure_behind_a_network_policy(
         helm: Helm, tmp_path: Path) -> None:
     docs = helm.template()
-    cfg = _pod_config(docs, tmp_path)
+    cfg = pod_config(docs, tmp_path)
     assert cfg.receiver.allow_insecure_non_loopback and cfg.admin.allow_insecure_non_loopback
     check_exposure(cfg)  # the pod starts
     policy = one(docs, "NetworkPolicy")
     _validate(policy)
-    ports = {p["name"] for p in _container(docs)["ports"]}
+    ports = {p["name"] for p in main_container(docs)["ports"]}
     allowed = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
     assert allowed == ports == {"otlp-grpc", "otlp-http", "admin"}
     selector = policy["spec"]["podSelector"]["matchLabels"]
@@ -51,14 +61,14 @@ def test_without_admin_tokens_the_services_names_are_allowed_hosts(
     """The admin port without tokens serves only localhost, addresses and admin.allowed_hosts
     as Host (DNS rebinding): an in-cluster client calling the Service by name would get 421."""
     services = [d["metadata"]["name"] for d in docs_of_kind(helm.template(), "Service")]
-    cfg = _pod_config(helm.template(), tmp_path)
+    cfg = pod_config(helm.template(), tmp_path)
     for svc in services:
         for name in (svc, f"{svc}.{NAMESPACE}", f"{svc}.{NAMESPACE}.svc",
                      f"{svc}.{NAMESPACE}.svc.cluster.local"):
             assert name in cfg.admin.allowed_hosts
     extra = helm.template("--set", "config.admin.allowed_hosts={otel-eval.example.com}")
-    assert "otel-eval.example.com" in _pod_config(extra, tmp_path).admin.allowed_hosts
-    assert _pod_config(helm.template(*SECURED), tmp_path).admin.allowed_hosts == []
+    assert "otel-eval.example.com" in pod_config(extra, tmp_path).admin.allowed_hosts
+    assert pod_config(helm.template(*SECURED), tmp_path).admin.allowed_hosts == []
 
 
 def test_without_admin_tokens_each_pods_own_name_is_an_allowed_host(
@@ -68,7 +78,7 @@ def test_without_admin_tokens_each_pods_own_name_is_an_allowed_host(
     without tokens must serve those names as Host too, not answer 421."""
     docs = helm.template("--set", "replicaCount=3")
     sts = one(docs, "StatefulSet")
-    allowed = frozenset(_pod_config(docs, tmp_path).admin.allowed_hosts)
+    allowed = frozenset(pod_config(docs, tmp_path).admin.allowed_hosts)
     headless = sts["spec"]["serviceName"]
     for ordinal in range(sts["spec"]["replicas"]):
         pod = f"{sts['metadata']['name']}-{ordinal}.{headless}"
@@ -81,7 +91,7 @@ def test_secured_release_takes_tls_and_tokens_from_secrets(helm: Helm, tmp_path:
     for doc in docs:
         if doc["kind"] not in ("ServiceMonitor", "PrometheusRule"):
             _validate(doc)
-    cfg = _pod_config(docs, tmp_path)
+    cfg = pod_config(docs, tmp_path)
     assert not cfg.receiver.allow_insecure_non_loopback
     assert not cfg.admin.allow_insecure_non_loopback
     check_exposure(cfg)  # starts without the flag: TLS and tokens on every listener
@@ -89,11 +99,11 @@ def test_secured_release_takes_tls_and_tokens_from_secrets(helm: Helm, tmp_path:
     assert cfg.admin.read_tokens == {"reader": "secret-otel_eval_admin_read_token"}
     assert cfg.admin.write_tokens == {"writer": "secret-otel_eval_admin_write_token"}
     assert cfg.receiver.tls.client_ca_file and not cfg.admin.tls.client_ca_file
-    container = _container(docs)
+    container = main_container(docs)
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]}
     assert refs["OTEL_EVAL_RECEIVER_TOKEN"] == "otlp-token"
     mount = next(m for m in container["volumeMounts"] if m["name"] == "tls")
-    volume = next(v for v in _pod_spec(docs)["volumes"] if v["name"] == "tls")
+    volume = next(v for v in pod_spec(docs)["volumes"] if v["name"] == "tls")
     assert volume["secret"]["secretName"] == "otel-eval-tls" and "subPath" not in mount
     for path in (cfg.receiver.tls.cert_file, cfg.receiver.tls.key_file,
                  cfg.receiver.tls.client_ca_file):
@@ -180,6 +190,6 @@ def test_without_admin_tokens_the_dashboards_otel_eval_url_is_an_allowed_host(
     (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
     (url,) = [r["replacement"] for r in endpoint["relabelings"]
               if r["targetLabel"] == "otel_eval_url"]
-    cfg = _pod_config(docs, tmp_path)
+    cfg = pod_config(docs, tmp_path)
     assert not (cfg.admin.read_tokens or cfg.admin.write_tokens)
     assert served_host(urlsplit(url).netloc, frozenset(cfg.admin.allowed_hosts)), url
