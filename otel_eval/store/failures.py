@@ -9,8 +9,9 @@ Both stores' drivers say what went wrong in their own terms: SQLite by result co
 (``SQLITE_FULL``: "database or disk is full", also when ``max_page_count`` is reached;
 ``SQLITE_READONLY``; ``SQLITE_BUSY``; ``SQLITE_IOERR``), PostgreSQL by SQLSTATE class
 (53: insufficient resources, ``53100`` disk full; 25006 read-only transaction; 08 and a lost
-connection: ``OperationalError``; 57014 ``statement_timeout`` and 55P03 ``lock_timeout``: a
-store that blocks, held by another client's lock, is a store that fails: ``timeout``).
+connection: ``OperationalError``, a connect unanswered: ``ConnectionTimeout``; 57014
+``statement_timeout`` and 55P03 ``lock_timeout``: a store that blocks, held by another
+client's lock, is a store that fails: ``timeout``).
 Anything else the driver raises is ``error``: the store did not write, but for a reason of the
 batch's data (a value the driver refuses), not of the store: the engine then stores the batch
 trace by trace (``evaluate.stage``), so one poison trace is stored as an evaluation error
@@ -35,6 +36,12 @@ STORE_REFUSALS = frozenset(WRITE_FAILURE_REASONS) - {"error"}
 
 # PostgreSQL's query_canceled (statement_timeout) and lock_not_available (lock_timeout)
 TIMEOUT_STATES = frozenset(("57014", "55P03"))
+
+# psycopg's errors for a server not reached, by class name (psycopg is not imported here): a
+# connection lost or refused, and a connect unanswered within connect_timeout (a host gone,
+# an address blackholed; no SQLSTATE). The latter was ``error``, one trace's: the batch was
+# stored trace by trace, two connects each and two more for its error record.
+_UNREACHED = frozenset(("OperationalError", "ConnectionTimeout"))
 
 _SQLITE_CODES = {"SQLITE_FULL": "disk_full", "SQLITE_READONLY": "read_only",
                  "SQLITE_BUSY": "locked", "SQLITE_LOCKED": "locked",
@@ -64,6 +71,6 @@ def _postgresql(error: BaseException) -> str:
         return "read_only"
     if state in TIMEOUT_STATES:
         return "timeout"
-    if state.startswith(("53", "08", "57P")) or type(error).__name__ == "OperationalError":
+    if state.startswith(("53", "08", "57P")) or type(error).__name__ in _UNREACHED:
         return "unavailable"  # out of resources, connection gone, server shutting down
     return "error"

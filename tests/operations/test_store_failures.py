@@ -12,6 +12,7 @@ trace is evaluated and stored once.
 from __future__ import annotations
 
 import json
+import socket
 import sqlite3
 import urllib.error
 import urllib.request
@@ -23,9 +24,12 @@ import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
 from support.harness import Harness, running_service
 
+from otel_eval.app.config import Config
 from otel_eval.assemble.store_health import StoreHealth
-from otel_eval.base.model import Span
+from otel_eval.base.model import Span, Trace
 from otel_eval.decode import encode
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.stage import evaluate_and_store
 from otel_eval.store.failures import write_failure
 from otel_eval.store.sqlite import SQLITE_MAX_PAGES, SqliteStore
 
@@ -152,6 +156,23 @@ def test_back_off_doubles_to_its_cap_and_gives_up_after_the_bound() -> None:
 ])
 def test_what_counts_as_a_store_error(error: BaseException, reason: str | None) -> None:
     assert write_failure(error) == reason
+
+
+def test_a_postgresql_server_that_never_answers_is_unavailable_not_one_traces_error() -> None:
+    """A connect that times out (psycopg's ``ConnectionTimeout``: no SQLSTATE, a subclass of
+    ``OperationalError``; a host gone, an address blackholed) was ``error``, one trace's
+    fault: the batch was stored trace by trace, each trace waiting for two connects and its
+    error record two more, then kept as ``error``, with the engine's thread held meanwhile
+    (here 20 s for two traces; 40 s a trace at the default connect_timeout). Now the store
+    refuses the batch at once as ``unavailable``, as any lost connection."""
+    from otel_eval.store.postgresql import PostgresStore
+
+    traces = [Trace(f"{i:032x}", _spans(f"{i:032x}"), "complete") for i in (1, 2)]
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # takes the connect, never answers
+        url = f"postgresql://otel@127.0.0.1:{silent.getsockname()[1]}/x?connect_timeout=2"
+        outcomes = evaluate_and_store(Evaluator(Config()), PostgresStore(url), traces)
+    assert [(o.unstored, o.error) for o in outcomes] == [
+        ("unavailable", "ConnectionTimeout: connection timeout expired")] * 2
 
 
 def test_sqlite_result_codes_name_the_reason(tmp_path: Path) -> None:
