@@ -140,7 +140,7 @@ def connect(url: str, session: SessionLimits | None = None, *,
     statements and lock waits bounded by ``session`` (``statement_timeout``,
     ``lock_timeout``: a timeout is a refused write, ``store.failures``); ``read_only``: every
     transaction of the session read-only (``default_transaction_read_only``); the server
-    probes the session's socket (``KEEPALIVES``)."""
+    probes the session's socket (``KEEPALIVES``), and so does our end (``_DEFAULTS``)."""
     conn = psycopg.connect(url, autocommit=True, **_defaults(url))
     try:
         conn.execute(_PROBED, ([name for name, _ in KEEPALIVES],
@@ -155,13 +155,6 @@ def connect(url: str, session: SessionLimits | None = None, *,
     return conn
 
 
-# libpq parameters the store sets when neither the URL nor their PG* variable does (a
-# keyword argument of psycopg.connect replaces the URL's: the URL's connect_timeout, which
-# docs/store.md says applies, was ignored)
-_DEFAULTS = (("connect_timeout", "PGCONNECT_TIMEOUT", CONNECT_TIMEOUT_S),
-             ("application_name", "PGAPPNAME", "otel-eval"))
-
-
 # How the server probes each session of ours, unless the operator set it (the URL's
 # ``options``, PGOPTIONS, the server's configuration, a role's or database's): a client whose
 # host disappeared (no FIN, no RST: a node lost, a partition) left its session idle on the
@@ -170,18 +163,31 @@ _DEFAULTS = (("connect_timeout", "PGCONNECT_TIMEOUT", CONNECT_TIMEOUT_S),
 # for 2 h 11 min no worker ran the job, and no instance paged. Now it ends about 2 minutes
 # after the host went (60 s idle, then 6 probes 10 s apart; tcp_user_timeout bounds an answer
 # the server is sending as long, ms). These are the server's GUCs for that session's socket;
-# libpq's keepalives_* act on our end only (a server that went away), not on this.
+# libpq's keepalives_* act on our end only (a server that went away: _DEFAULTS).
 KEEPALIVES = (("tcp_keepalives_idle", 60), ("tcp_keepalives_interval", 10),
               ("tcp_keepalives_count", 6), ("tcp_user_timeout", 120_000))
 # one round trip; a setting the server lacks (tcp_user_timeout before PostgreSQL 12) is left
 _PROBED = ("SELECT set_config(s.name, d.value, false) FROM unnest(%s::text[], %s::text[]) "
            "AS d(name, value) JOIN pg_settings s ON s.name = d.name WHERE s.source = 'default'")
 
+# libpq parameters the store sets when neither the URL nor their PG* variable does (a
+# keyword argument of psycopg.connect replaces the URL's: the URL's connect_timeout, which
+# docs/store.md says applies, was ignored). Our end probes the server as the server probes
+# us (KEEPALIVES' figures; libpq's names, no variable): statement_timeout is the server's,
+# so a server whose host vanished left a call waiting on the OS (a statement running:
+# keepalives after 7200 s; a request sent: ~15 min of retransmissions) with the store's lock
+# and the engine's thread held. Now it fails as a lost connection about 2 minutes later.
+_DEFAULTS: tuple[tuple[str, str | None, Any], ...] = (
+    ("connect_timeout", "PGCONNECT_TIMEOUT", CONNECT_TIMEOUT_S),
+    ("application_name", "PGAPPNAME", "otel-eval"), ("keepalives", None, 1),
+    *((name.replace("tcp_keepalives", "keepalives"), None, value)
+      for name, value in KEEPALIVES))
+
 
 def _defaults(url: str) -> dict[str, Any]:
     given = psycopg.conninfo.conninfo_to_dict(url)
     return {name: value for name, variable, value in _DEFAULTS
-            if name not in given and not os.environ.get(variable)}
+            if name not in given and not (variable and os.environ.get(variable))}
 
 
 def limit(conn: psycopg.Connection[Any], session: SessionLimits) -> None:
