@@ -302,20 +302,29 @@ class Trajectory:
         return [s for s in self.steps if s.kind == "tool"]
 
     def top_level_tool_steps(self, beside: bool = False) -> list[Step]:
-        """Tool steps not nested (at any depth) under another tool step, but for the calls an
-        interpreter tool's code made (``Step.in_code``: ``code_actions``); with ``beside``,
-        nor under an agent step a call ran beside its span (``Step.delegated``: the steps).
+        """The calls of each agent: tool steps not nested (at any depth) under another tool
+        step of their own agent, and the calls an interpreter tool's code made
+        (``Step.in_code``: ``code_actions``). An agent step starts its own calls: a sub-agent
+        a tool call ran makes calls of its own, its span under the call's (AutoGen's agent
+        called as a tool) as beside it (``Step.delegated``: Agno's team member), and the
+        loop, recovery and reference rules compare them alike. With ``beside``, the run's
+        own steps (``action_steps``): no tool step under another tool step at all, nor under
+        an agent step a call ran (one delegation is one step, in both shapes).
 
         One pass in step order (tree order: a parent comes before its children) remembers for
-        each span whether a tool step is at or above it, so a chain of n nested spans costs n,
-        not n x depth. A parent not seen yet (spans caught in a parent cycle, or a parent that
-        is no step) is walked up, at most 1000 levels. Plain loops, no Python call per step:
-        ``to_json`` counts the steps of every run it writes (tests/cost)."""
+        each span whether a tool step of its agent is at or above it, so a chain of n nested
+        spans costs n, not n x depth. A parent not seen yet (spans caught in a parent cycle,
+        or a parent that is no step) is walked up, at most 1000 levels, to a tool step or an
+        agent step. Plain loops, no Python call per step: ``to_json`` counts the steps of
+        every run it writes (tests/cost)."""
         tools: set[str] = set()
+        agents: set[str] = set()  # where a walk up stops (not ``beside``: an agent's calls)
         parent: dict[str, str | None] = {}
         for s in self.steps:
             if s.kind == "tool":
                 tools.add(s.span_id)
+            elif s.kind == "agent" and not beside:
+                agents.add(s.span_id)
             parent.setdefault(s.span_id, s.parent_span_id)
         under_tool: dict[str, bool] = {}  # span id -> a tool step is at or above it
         out = []
@@ -327,7 +336,7 @@ class Trajectory:
                 known = under_tool[p]
             else:  # parent after its child (only in a cycle) or no step: walk up
                 known, seen = False, 0
-                while p is not None and seen < 1000:
+                while p is not None and seen < 1000 and p not in agents:
                     if p in tools:
                         known = True
                         break
@@ -336,7 +345,9 @@ class Trajectory:
                 out.append(s)  # a call made from an interpreter tool's code is a call
             # rebuilt tool steps share their LLM step's span id: the first entry decides
             if s.span_id not in under_tool:
-                under_tool[s.span_id] = known or s.span_id in tools or (beside and s.delegated)
+                if s.kind == "agent":  # a sub-agent: its calls its own, or the call's steps
+                    known = beside and (known or s.delegated)
+                under_tool[s.span_id] = known or s.span_id in tools
         return out
 
     @property

@@ -1,8 +1,10 @@
 """The calls of a trajectory as the detectors see them (stage: evaluate).
 
-A *call* is a top-level tool step (a tool span under another tool step is part of that
-action, not a step of its own; but a call of a known tool read from an interpreter tool's
-code, ``Step.in_code``, is one). Each call gets a canonical ``key`` so that repeats can
+A *call* is a tool step of an agent's own (``Trajectory.top_level_tool_steps``: a tool span
+under another tool step of the same agent is part of that action, not a step of its own; a
+sub-agent a tool call ran makes calls of its own, its span under the call's or beside it;
+and a call of a known tool read from an interpreter tool's code, ``Step.in_code``, is one).
+Each call gets a canonical ``key`` so that repeats can
 be compared: tool name + JSON with sorted keys and normalized whitespace (of the parameters
 the tool's schema declares, when it lists them), or, for agents that act through code or
 shell, the canonicalized action text; a text past 256 characters is keyed by its head and a
@@ -222,13 +224,15 @@ def result_failed(step: Step, action: bool, cfg: ToolCallConfig) -> str | None:
 
 
 def top_level_tool_steps(trajectory: Trajectory) -> list[Step]:
-    """``Trajectory.top_level_tool_steps``: tool steps not nested under another tool step,
-    and the calls an interpreter tool's code made."""
+    """``Trajectory.top_level_tool_steps``: each agent's tool steps not nested under another
+    tool step of its own (a sub-agent's under the call that ran it are its calls), and the
+    calls an interpreter tool's code made."""
     return trajectory.top_level_tool_steps()
 
 
 def calls(trajectory: Trajectory, loop: LoopConfig, tool_cfg: ToolCallConfig) -> list[Call]:
-    """The top-level calls of a trajectory, in order, each with its canonical key."""
+    """The calls of a trajectory (every agent's, a sub-agent's too), in order, each with its
+    canonical key."""
     out = []
     for s in top_level_tool_steps(trajectory):
         name = s.tool_name or s.name

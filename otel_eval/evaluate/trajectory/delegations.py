@@ -3,14 +3,15 @@
 A coordinator that delegates to a sub-agent through a tool call makes one step of the run:
 the call. Where the sub-agent's span is under the call's span (an agent called as a tool:
 AutoGen, the OpenAI Agents SDK's ``as_tool``), its steps are nested under a tool step and
-are not the run's (``Trajectory.top_level_tool_steps``). Several stacks record the
+are not the run's (``Trajectory.action_steps``). Several stacks record the
 sub-agent's span beside the call instead, under the coordinator: Agno's team member (its
 span inside the ``delegate_task_to_member`` span's time), and the calls no span ran, rebuilt
 from the coordinator's LLM reply, whose sub-agent ran before the coordinator's next LLM call
 (a Haystack Agent run by a ComponentTool, a CrewAI coworker, an agent an MCP tool runs, a
 smolagents managed agent). ``mark_delegations`` marks such an agent step ``Step.delegated``,
 so its steps are the call's, not steps of the run (``Trajectory.action_steps``). The loop
-and recovery rules still compare its calls: a member that loops is a loop of the run.
+and recovery rules still compare its calls, in either shape
+(``Trajectory.top_level_tool_steps``): a member that loops is a loop of the run.
 
 An agent step is delegated when a tool step of the agent above it (``Draft.scope``) holds
 its time: a tool span's own time, or for a rebuilt call the time from its LLM step's end to

@@ -1,0 +1,106 @@
+"""A sub-agent a tool call ran makes calls of its own, which the rules that compare calls (loop,
+recovery, reference) see the same way whether its span is under the delegating call's span
+(AutoGen's agent called as a tool, the OpenAI Agents SDK's ``as_tool``) or beside it (Agno's
+team member, a smolagents managed agent): the spans are read and the rules run as in ``eval``.
+Each agent's calls stay its own sequence: the coordinator's and the sub-agent's are never
+compared with each other by the loop rules."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from trajectory.trajectory_factory import span, trace
+
+from otel_eval.base.model import Span
+from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.detectors import Detectors, reference
+from otel_eval.evaluate.detectors.calls import Context, RefCall, Reference
+from otel_eval.evaluate.detectors.config import DetectorsConfig
+from otel_eval.evaluate.trajectory import build_trajectory
+
+SHAPES = ("under the call", "beside the call")
+PARIS = {"city": "Paris"}
+
+
+def _agent(name: str, parent: str | None, start: int, end: int) -> Span:
+    return span(name, parent, start, {"gen_ai.operation.name": "invoke_agent",
+                                      "gen_ai.agent.name": name}, end=end)
+
+
+def _tool(name: str, parent: str, start: int, end: int, tool: str, arguments: object,
+          result: str, *, failed: bool = False) -> Span:
+    return span(name, parent, start, {"gen_ai.operation.name": "execute_tool",
+                                      "gen_ai.tool.name": tool,
+                                      "gen_ai.tool.call.arguments": json.dumps(arguments),
+                                      "gen_ai.tool.call.result": result},
+                end=end, status="error" if failed else "unset",
+                message="boom" if failed else "")
+
+
+def _run(shape: str, member_calls: list[tuple[str, object, str, bool]],
+         delegations: int = 1) -> list[Span]:
+    """A coordinator (``team``) that delegates ``delegations`` times through its tool
+    ``weather_agent`` with the same task; each time the member makes ``member_calls``
+    (tool, arguments, result, failed), its span under the call's or beside it."""
+    spans = [_agent("team", None, 0, 10_000)]
+    for d in range(delegations):
+        at = 100 + d * 1000
+        call = f"delegate{d}"
+        spans.append(_tool(call, "team", at, at + 900, "weather_agent", {"task": "weather"},
+                           "sunny"))
+        member = f"member{d}"
+        spans.append(_member(member, call if shape == SHAPES[0] else "team", at + 1, at + 899))
+        for k, (tool, arguments, result, failed) in enumerate(member_calls):
+            spans.append(_tool(f"{member}-{k}", member, at + 10 + 10 * k, at + 15 + 10 * k,
+                               tool, arguments, result, failed=failed))
+    return spans
+
+
+def _member(name: str, parent: str, start: int, end: int) -> Span:
+    """The sub-agent's span: its agent name ``weather_member`` whichever run of it."""
+    s = _agent(name, parent, start, end)
+    s.attributes["gen_ai.agent.name"] = "weather_member"
+    return s
+
+
+def _findings(spans: list[Span]) -> list[str]:
+    """The loop and recovery findings of the run of ``spans``."""
+    t = build_trajectory(trace(*spans), TrajectoryConfig())
+    found, _ = Detectors(DetectorsConfig()).evaluate(t, None)
+    return sorted(f"{f.detector}/{f.kind}" for f in found if f.detector in ("loop", "recovery"))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_sub_agent_repeating_its_call_is_a_loop_in_both_shapes(shape: str) -> None:
+    """The member calls get_weather(Paris) four times, the same result each time."""
+    calls = [("get_weather", PARIS, "sunny", False)] * 4
+    assert _findings(_run(shape, calls)) == ["loop/repeated_call"]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_sub_agent_retrying_a_failing_call_is_seen_in_both_shapes(shape: str) -> None:
+    calls = [("get_weather", PARIS, "", True)] * 2
+    assert _findings(_run(shape, calls)) == ["loop/repeated_call",
+                                             "recovery/repeated_failing_call"]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_coordinator_and_its_member_are_two_sequences(shape: str) -> None:
+    """One call each, with the delegating call's own arguments: no agent repeated itself,
+    whether the member's span is under the call or beside it."""
+    calls = [("weather_agent", {"task": "weather"}, "sunny", False)]
+    assert _findings(_run(shape, calls)) == []
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_reference_compares_the_members_calls_in_both_shapes(shape: str) -> None:
+    """The calls compared with a reference are the same in both shapes: the delegation and
+    the member's call, in order."""
+    calls = [("get_weather", PARIS, "sunny", False)]
+    t = build_trajectory(trace(*_run(shape, calls)), TrajectoryConfig())
+    ref = Reference("t1", (RefCall("weather_agent", {"task": "weather"}),
+                           RefCall("get_weather", PARIS)), match="exact")
+    (f,) = reference.detect(t, DetectorsConfig(), Context(reference=ref))
+    assert f.kind == "match", f.message
+
