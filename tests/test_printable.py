@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from otel_eval.base.printable import EscapingFormatter, printable
+from otel_eval.base.printable import EscapingFormatter, printable, printable_cut
 
 
 @pytest.mark.parametrize(("raw", "shown"), [
@@ -24,6 +24,16 @@ from otel_eval.base.printable import EscapingFormatter, printable
 ])
 def test_controls_are_escaped_the_rest_is_kept(raw: str, shown: str) -> None:
     assert printable(raw) == shown
+
+
+@pytest.mark.parametrize(("raw", "chars", "shown"), [
+    ("abcdef", 4, "abcd"),
+    ("ab\x1bcd", 4, "ab"),  # "\\x1b" does not fit after "ab": left out, not cut to "\\x"
+    ("ab\x1bcd", 6, "ab\\x1b"),
+    ("\u202exyz", 5, ""),
+])
+def test_a_cut_falls_between_escapes(raw: str, chars: int, shown: str) -> None:
+    assert printable_cut(raw, chars) == shown
 
 
 def test_keep_leaves_the_named_controls() -> None:

@@ -17,7 +17,7 @@ from otel_eval.app.cli_args import build_parser, config_from_args
 from otel_eval.app.config import Config, load_config
 from otel_eval.app.gate import Gate
 from otel_eval.base.configcheck import ConfigError, StartupError
-from otel_eval.base.printable import configure_logging, printable
+from otel_eval.base.printable import configure_logging, printable, printable_cut
 from otel_eval.base.steps import tokens_total
 from otel_eval.base.words import columns, padded
 
@@ -224,13 +224,14 @@ def _table_row(b: dict[str, Any]) -> _Row:
     v = b.get("verdict")
     kinds = sorted({f"{f['detector']}:{f['kind']}" for f in b["findings"]})
     tokens = tokens_total(b["usage"])
-    # span content (the agent; a file's trace id): escaped as ``show`` does, then cut
-    cells = (printable(b["trace_id"]), printable(str(b["agent"] or "-"))[:24],
+    # span content (the agent; a file's trace id): escaped as ``show`` does, cut between
+    # escapes
+    cells = (printable(b["trace_id"]), printable_cut(str(b["agent"] or "-"), 24),
              printable(b["status"]),
              str(b["counts"]["llm_calls"]), str(b["counts"]["tool_calls"]),
              "-" if tokens is None else str(tokens),
              "-" if v is None else ("pass" if v["passed"] else "FAIL"),
-             printable(", ".join(kinds))[:60] or "-")
+             printable_cut(", ".join(kinds), 60) or "-")
     p = f"{b['prediction']['p_success']:.2f}" if "prediction" in b else None
     return cells, p, bool(v and not v["passed"])
 

@@ -96,6 +96,23 @@ def printable(text: str, keep: str = "") -> str:
     return _CONTROLS.sub(lambda m: m.group() if m.group() in keep else _escape(m), text)
 
 
+def printable_cut(text: str, chars: int) -> str:
+    """``printable(text)`` cut to at most ``chars`` characters, never inside an escape: a
+    cut after escaping could leave ``\\x`` of ``\\x1b``, a backslash that names no control
+    (read as the text's own), so an escape that does not fit whole is left out."""
+    shown = printable(text[:chars])  # an escape is never shorter than its character
+    if len(shown) <= chars:
+        return shown
+    kept, n = [], 0
+    for c in text[:chars]:
+        e = printable(c)
+        if n + len(e) > chars:
+            break
+        kept.append(e)
+        n += len(e)
+    return "".join(kept)
+
+
 class EscapingFormatter(logging.Formatter):
     """A ``logging.Formatter`` whose records cannot carry control characters."""
 

@@ -105,3 +105,15 @@ def test_wrapped_is_textwrap_on_ascii_and_keeps_every_word_in_columns() -> None:
     assert wrapped("ผู้ช่วย ค้นหา", 5) == ["ผู้ช่วย", "ค้นหา"]  # 5 and 4 columns
     assert columns("ผู้ช่วยค้นหา") == 8 and columns("文档") == 4 and columns("ab") == 2
     assert json.dumps(wrapped("é " * 5, 3)) == json.dumps(["é é", "é é", "é"])
+
+
+def test_eval_table_cuts_an_agent_name_between_escapes(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The agent cell is cut to 24 characters: cut after escaping, an escape at the cut was
+    left half (``aaa…\\x``: a backslash that names no control, read as the name's). The cut
+    now falls before the escape it would split."""
+    path = tmp_path / "escaped.json"
+    path.write_text(TRACE.read_text().replace("docs-fixer", "a" * 22 + "\\u001b[2J"))
+    main(["eval", str(path)])
+    row = [line for line in capsys.readouterr().out.splitlines() if line.strip()][1]
+    assert row.split()[1] == "a" * 22, row
