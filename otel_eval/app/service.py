@@ -64,6 +64,7 @@ from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.component import Live, OnLoop, SinkComponent
 from otel_eval.base.configcheck import StartupError
+from otel_eval.base.printable import printable
 from otel_eval.evaluate import calibration, judge
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
@@ -515,7 +516,9 @@ class Service:
                 break
         self.shutdown()
         if isinstance(self.engine.failure, StoreGaveUp):
-            print(f"otel-eval: {self.engine.failure}", file=sys.stderr)
+            # the driver's message can quote span content (a key in an error's detail):
+            # escaped, as every log line is
+            print(f"otel-eval: {printable(str(self.engine.failure))}", file=sys.stderr)
         return 1 if failed else 0
 
     # --- results API -------------------------------------------------------------------------

@@ -11,9 +11,12 @@ trace is evaluated and stored once.
 
 from __future__ import annotations
 
+import itertools
 import json
+import signal
 import socket
 import sqlite3
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -22,9 +25,12 @@ from typing import Any
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
+from prometheus_client import CollectorRegistry
 from support.harness import Harness, running_service
+from support.poll import poll
 
-from otel_eval.app.config import Config
+from otel_eval.app.config import Config, replace
+from otel_eval.app.service import Service
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span, Trace
 from otel_eval.decode import encode
@@ -340,3 +346,43 @@ def test_a_batch_that_writes_nothing_does_not_end_a_full_stores_back_off(tmp_pat
         assert store.get(run) is not None and health.failing is None
     finally:
         store.close()
+
+
+def test_serve_gives_up_in_one_escaped_line(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The give-up line quotes the driver's message, which can quote a value from span
+    content (a PostgreSQL error's DETAIL names the row's key): it was printed raw to
+    stderr, past the escaping log formatter, so an ESC or a carriage return in it reached
+    the operator's terminal. ``serve`` in-process, its clock jumping 10 s a reading (the
+    grace and ``write_retry_max_elapsed_s`` pass at once), every write refused with such a
+    message."""
+    cfg = replace(Config(), **{
+        "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "127.0.0.1:0",
+        "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "otel-eval.db"),
+        "evaluation.workers": 1, "store.write_retry_max_elapsed_s": 1.0})
+    ticks = itertools.count(1000, 10)
+    svc = Service(cfg, registry=CollectorRegistry(), clock=lambda: float(next(ticks)))
+
+    def refused(*_: object) -> list[bool]:
+        raise sqlite3.OperationalError("key (trace_id)=(\x1b]52;c;cHduZWQ=\x07\rPASS) refused")
+
+    svc.store.put_many = refused  # type: ignore[method-assign]
+
+    def export() -> None:  # once serve has bound its port
+        port = poll(lambda: svc.http is not None and svc.http.port, "serve's HTTP port")
+        _http(f"http://127.0.0.1:{port}/v1/traces", _request("c3" * 16))
+
+    sender = threading.Thread(target=export, daemon=True)
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    sender.start()
+    try:
+        assert svc.run_until_signal() == 1
+    finally:
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGINT, handlers[1])
+        sender.join(10)
+    said = [line for line in capsys.readouterr().err.splitlines()
+            if line.startswith("otel-eval:")]
+    assert len(said) == 1 and "giving up" in said[0], said
+    assert "\\x1b]52;c;cHduZWQ=\\x07" in said[0], said  # escaped, not sent
+    assert all(c.isprintable() for c in said[0]), said
