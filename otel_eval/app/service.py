@@ -170,7 +170,8 @@ class Service:
             events=next((s for s in self.sinks
                          if isinstance(s, outputs_events.EvaluationEvents)), None),
             judging=next((s for s in self.sinks if isinstance(s, SessionJudging)), None),
-            listening_since_s=time.time())  # a restart is no silence of a conversation
+            listening=False)  # until the receivers open: a restart is no silence of a
+        # conversation, nor is the time it took to start (a migration, a spool replayed)
         self.spool = self._make_spool()
         self.pool = self._make_pool(lean=not self.sinks)
         self.store_health = self._make_store_health()
@@ -409,9 +410,14 @@ class Service:
         for name, receiver in (("otlp grpc", self.grpc), ("otlp http", self.http)):
             if receiver is not None:
                 lc.add(name, receiver)
-        lc.add("readiness", Step(start=lambda: setattr(self, "_ready", True),
+        lc.add("readiness", Step(start=self._now_ready,
                                  shutdown=lambda _d: setattr(self, "_ready", False)))
         return lc
+
+    def _now_ready(self) -> None:
+        """Every receiver open: ready, and listening from now for the session job."""
+        self.session_job.listening()
+        self._ready = True
 
     def _replay_feedback(self) -> None:
         """Up to the publisher's queue of them (the rest at a later start)."""

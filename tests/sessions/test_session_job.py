@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -671,3 +672,32 @@ def test_a_poller_reads_each_completion_by_its_counted_window(tmp_path: Path) ->
     assert listed(counted_since=previous, counted_until=counted_until) == []  # counted once
     assert listed(since=second_poll) == [("complete", 1)]  # read again: completion one more
     store.close()
+
+
+def test_serve_listens_from_its_receivers_opening_not_its_construction(
+        tmp_path: Path) -> None:
+    """serve's job counted a restart's last turns as seen from when the ``Service`` was
+    constructed, on the wall clock rather than the job's own: a start that took long (a
+    store migrated at an upgrade, a spool replayed, another serve's lock awaited) counted as
+    listening, so a conversation whose later turns were still queued upstream was
+    completed (judged, its event sent) at the first check once the receivers opened. The
+    job's clock here says the start took an hour; the last turn was 100 s before it."""
+    from prometheus_client import CollectorRegistry
+
+    from otel_eval.app.config import Config, replace
+    from otel_eval.app.service import Service
+
+    cfg = replace(Config(), **{
+        "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "127.0.0.1:0",
+        "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "e.db"),
+        "evaluation.workers": 1, "sessions.idle_timeout_s": IDLE_S})
+    svc = Service(cfg, registry=CollectorRegistry())
+    started = time.time() + 3600  # the clock the job reads, an hour after the constructor
+    svc.session_job.clock = ManualClock(started)
+    svc.start(worker=False)  # the job ticked by hand
+    try:
+        svc.store.put_many([_turn("c1", 0, started - 100)])
+        assert svc.session_job.tick(started + 1) == 0  # listening for 1 s: not idle yet
+        assert svc.session_job.tick(started + IDLE_S) == 1
+    finally:
+        svc.shutdown(deadline_s=5)

@@ -98,9 +98,12 @@ class SessionJob:
                  predictor: Predictor | None = None, events: SessionEvents | None = None,
                  clock: Callable[[], float] = time.time,
                  judging: SessionJudging | None = None,
-                 listening_since_s: float | None = None) -> None:
-        """``listening_since_s``: when this process began to receive (serve: its start); a
-        last turn before it counts as seen then (None: no such bound, e.g. a test's job)."""
+                 listening_since_s: float | None = None, listening: bool = True) -> None:
+        """``listening_since_s``: when this process began to receive; a last turn before it
+        counts as seen then (None: no such bound, e.g. a test's job). ``listening`` False:
+        it does not receive yet, no session is idle until ``listening()`` says it does
+        (serve: once its receivers are open, after the store's opening and the spool's
+        replay)."""
         self.store = store
         self.config = config
         self.metrics = metrics
@@ -112,8 +115,9 @@ class SessionJob:
         # Idleness is seen while listening: before this process has run idle_timeout_s, a
         # quiet session may be one whose turns were sent while otel-eval was down (queued by
         # the sender's collector, or acknowledged into the spool and not replayed yet).
-        self._listening_since_ns = (0 if listening_since_s is None
-                                    else int(listening_since_s * 1e9))
+        self._listening_since_ns: int | None = (
+            None if not listening else 0 if listening_since_s is None
+            else int(listening_since_s * 1e9))
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -126,7 +130,8 @@ class SessionJob:
         idle_ns = int(cfg.idle_timeout_s * 1e9)
         # a last turn before this process started counts as seen at its start (a restart is
         # no silence of the conversation's); a stale claim is taken over as before
-        listened = now - idle_ns >= self._listening_since_ns
+        since = self._listening_since_ns
+        listened = since is not None and now - idle_ns >= since
         idle_before = now - idle_ns if listened else -1
         due = self.store.sessions_due(idle_before, now - int(cfg.claim_timeout_s * 1e9),
                                       cfg.max_completions_per_check)
@@ -264,6 +269,11 @@ class SessionJob:
                         "error": f"{type(e).__name__}: {e}"[:512]}, 0
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    def listening(self) -> None:
+        """This process receives from now (``clock``): a last turn before now counts as seen
+        now."""
+        self._listening_since_ns = int(self.clock() * 1e9)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="otel-eval-sessions",
