@@ -24,6 +24,7 @@ from otel_eval.outputs.ui.text import (
     duration,
     fold,
     redacted,
+    run_cost,
     tokens,
     usd,
 )
@@ -211,7 +212,7 @@ def render_text(t: dict[str, Any], width: int = 100, full: bool = False,
              f"{t['counts']['llm_calls']} LLM calls, "
              f"{t['counts']['tool_calls']} tool calls, {t['counts']['errors']} errors; "
              f"{tokens(t['usage'])}; "
-             f"{usd(t['usage'].get('cost_usd'))}; "
+             f"{run_cost(t)}; "
              f"{t.get('duration_s') or 0:.1f} s; revision {t.get('revision', 0)}"]
     for label in ("input", "output"):
         if t.get(label) is not None:

@@ -84,3 +84,34 @@ def test_a_cost_partly_unpriced_is_no_budget_exceeded() -> None:
             "attributes": {"budget": "cost_usd", "value": 2.0, "limit": 1.0}}
     assert "budgets exceeded: cost_usd 2.0 of 1.0" in _serve(
         f"/ui/runs/{TRACE_ID}", {**body, "findings": [over]})[1]
+
+
+def _partly_priced(unpriced: bool = True) -> dict[str, Any]:
+    """A stored run of two LLM calls: one priced ($0.0025), one of a model the price list
+    lacks (its ``cost_usd`` None): the run's ``usage.cost_usd`` is the priced one's alone."""
+    from otel_eval.base.results import Evaluation, Verdict
+    from otel_eval.base.steps import Step, Trajectory
+
+    steps = [Step(0, "01" * 8, None, "llm", "chat gpt-4o", model="gpt-4o", input_tokens=500,
+                  output_tokens=125, cost_usd=0.0025, start_ns=1, end_ns=2),
+             Step(1, "02" * 8, None, "llm", "chat in-house-7b", model="in-house-7b",
+                  input_tokens=900, output_tokens=100,
+                  cost_usd=None if unpriced else 0.001, start_ns=3, end_ns=4)]
+    t = Trajectory(TRACE_ID, "otlp", "complete", steps, start_ns=1, end_ns=4)
+    return Evaluation(t, [], Verdict(True, [])).to_json()
+
+def test_a_partly_priced_cost_is_shown_as_a_lower_bound() -> None:
+    """A call of an unpriced model (or one side's token count only) leaves the run's cost
+    the known part: the run list, the run page and ``show`` printed it as the whole
+    ("$0.0025"); they say "≥ $0.0025", and a cost known whole stays as it was."""
+    from otel_eval.app.show import render_text
+    from otel_eval.outputs.ui.run import tree
+
+    for path in ("/ui/", f"/ui/runs/{TRACE_ID}"):
+        status, html = _serve(path, _partly_priced())
+        assert status == 200 and "≥ $0.0025" in html, path
+        status, html = _serve(path, _partly_priced(unpriced=False))
+        assert status == 200 and "$0.0035" in html and "≥" not in html, path
+    assert "≥ $0.0025" in render_text(tree(_partly_priced()))
+    whole = render_text(tree(_partly_priced(unpriced=False)))
+    assert "$0.0035" in whole and "≥" not in whole

@@ -17,7 +17,7 @@ from typing import Any
 from otel_eval.base.printable import bidi_escaped
 from otel_eval.base.steps import tokens_total
 from otel_eval.outputs.ui.html import Html, h, href, segment
-from otel_eval.outputs.ui.text import Redact, redacted, usd
+from otel_eval.outputs.ui.text import Redact, redacted, run_cost
 from otel_eval.outputs.ui.values import short, when
 from otel_eval.outputs.ui.verdicts import agent_name, p_badge
 from otel_eval.store.query import STATUSES, Page
@@ -86,7 +86,7 @@ def _row(body: Mapping[str, Any], redact: Redact, threshold: float,
         short(body.get("service") or "", 60), agent_name(body),
         preview(body.get("input"), redact),
         verdict_badge(body.get("verdict")), p_badge(body, threshold), finding_kinds(body, params),
-        steps_count(body), "-" if tokens is None else f"{tokens:,}", usd(usage.get("cost_usd")),
+        steps_count(body), "-" if tokens is None else f"{tokens:,}", run_cost(body),
         f"{duration:.1f} s" if isinstance(duration, int | float) else ""]
     return h("tr", [h("td", c) for c in cells])
 

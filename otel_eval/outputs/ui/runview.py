@@ -33,7 +33,7 @@ from otel_eval.outputs.ui.run import contents, outcome_note
 from otel_eval.outputs.ui.runs import verdict_badge
 from otel_eval.outputs.ui.sessions import session_url
 from otel_eval.outputs.ui.steplinks import StepLinks, step_url
-from otel_eval.outputs.ui.text import Redact, duration, redacted, tokens, usd
+from otel_eval.outputs.ui.text import Redact, duration, redacted, run_cost, tokens, usd
 from otel_eval.outputs.ui.values import NAME_CHARS, Budget, short, value, when
 from otel_eval.outputs.ui.verdicts import agent_name, number
 
@@ -208,7 +208,7 @@ def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str,
     facts = [f"{counts.get('spans', 0)} spans", f"{counts.get('llm_calls', 0)} LLM calls",
              f"{counts.get('tool_calls', 0)} tool calls", f"{counts.get('errors', 0)} errors",
              tokens(usage),
-             usd(usage.get("cost_usd")), f"{t.get('duration_s') or 0:.1f} s",
+             run_cost(t), f"{t.get('duration_s') or 0:.1f} s",
              f"status {_status(t)}", f"revision {t.get('revision', 0)}"]
     judge = _dict(t.get("judge"))
     scores = [f"{k.replace('_', ' ')} {judge[k]}" for k in  # a score not given: left out

@@ -9,9 +9,10 @@ sequences. ``clip`` cuts a value to a number of characters (saying how much was 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from otel_eval.base.usage import cost_partly_known
 from otel_eval.base.words import wrapped
 
 # A redaction (``judge.redact.Redactor.redact``), or None to show values as stored.
@@ -81,6 +82,14 @@ def usd(value: float | None) -> str:
     while digits < 12 and abs(value) < 10 ** -(digits - 2):
         digits += 1
     return "$" + f"{value:.{digits + 1}f}".rstrip("0").rstrip(".")
+
+
+def run_cost(run: Mapping[str, Any]) -> str:
+    """A stored run's ``usage.cost_usd`` as ``usd`` writes it, "≥ $0.0025" when it is the
+    known part of the cost only (``base.usage.cost_partly_known``: a call of unknown cost)."""
+    usage = run.get("usage")
+    cost = usd(usage.get("cost_usd") if isinstance(usage, dict) else None)
+    return "≥ " + cost if cost_partly_known(run) else cost
 
 
 def duration(start_ns: int | None, end_ns: int | None) -> str:
