@@ -92,6 +92,22 @@ def test_tokens_past_with_a_turn_of_unknown_tokens_are_at_least_that() -> None:
     assert finding["trace_id"] == turns[2]["trace_id"]
 
 
+def test_cost_past_with_a_partly_priced_turn_is_at_least_that() -> None:
+    """A turn whose LLM call has no cost (a model the price list lacks) has the known part
+    for its ``usage.cost_usd``: summed as the whole, the finding said "cost 0.03 USD in
+    the conversation" for a cost higher than that. It says "at least", as for a turn of
+    unknown cost."""
+    partly = _turn(1)
+    partly["steps"] = [{"index": 0, "span_id": "1", "kind": "llm", "model": "gpt-4o",
+                        "cost_usd": 0.01},
+                       {"index": 1, "span_id": "2", "kind": "llm", "model": "in-house-7b"}]
+    turns = [_turn(0), partly, _turn(2)]
+    record = evaluate_session("s", turns, SessionsConfig(session_cost_usd=0.025), "complete")
+    [finding] = [f for f in record["findings"] if f["kind"] == "session_cost"]
+    assert "cost 0.03 USD at least in the conversation" in finding["message"], finding
+    assert finding["attributes"]["unknown_turns"] is True
+
+
 def test_the_turns_budget_points_at_the_first_turn_past_it_when_only_the_newest_were_read(
         ) -> None:
     """10 turns, the newest 5 read (turns 6-10), a budget of 7: on turn 8 (it was on the

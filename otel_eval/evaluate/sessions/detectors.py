@@ -50,6 +50,7 @@ from typing import Any
 
 from otel_eval.base.steps import tokens_total
 from otel_eval.base.text import load_content
+from otel_eval.base.usage import cost_partly_known
 from otel_eval.base.words import (
     CJK_CLOSERS,
     QUESTION_MARKS,
@@ -379,7 +380,8 @@ _SUMMED: dict[str, tuple[str, Callable[[dict[str, Any]], float | None], str, str
 
 def _summed(turns: Turns, config: SessionsConfig, kind: str) -> list[SessionFinding]:
     """A budget summed over the turns: the finding is on the turn that went past it. A turn
-    whose value is unknown makes the total unknown, unless the known part alone is past."""
+    whose value is unknown (a cost partly unknown too) makes the total a lower bound, reported
+    when the known part alone is past."""
     field, measure, what, unit = _SUMMED[kind]
     limit = getattr(config, field)
     if limit is None:
@@ -390,6 +392,8 @@ def _summed(turns: Turns, config: SessionsConfig, kind: str) -> list[SessionFind
         if value is None:
             unknown = True
             continue
+        # a turn's cost leaving out a call of unknown cost is a lower bound as well
+        unknown = unknown or (kind == "session_cost" and cost_partly_known(turn))
         total += value
         if crossed is None and total > limit:
             crossed = turn
