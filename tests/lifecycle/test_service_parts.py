@@ -13,6 +13,8 @@ import asyncio
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +166,29 @@ def _status(url: str) -> int:
         return e.code
 
 
+@contextmanager
+def _migration_held(svc: Service) -> Iterator[str]:
+    """``svc`` starting on a thread with its store's opening (the migration) held: yields the
+    admin endpoint's URL meanwhile; the migration goes on, and the start ends, on leaving."""
+    opening, release = threading.Event(), threading.Event()
+    open_store = svc._open_store
+
+    def held_migration() -> None:
+        opening.set()
+        assert release.wait(60)
+        open_store()
+
+    svc._open_store = held_migration  # type: ignore[method-assign]
+    starting = threading.Thread(target=svc.start, kwargs={"worker": False})
+    starting.start()
+    try:
+        assert opening.wait(60)
+        yield f"http://127.0.0.1:{svc.admin.port}"
+    finally:
+        release.set()
+        starting.join(60)
+
+
 def test_probes_are_answered_while_the_store_is_opened_and_migrated(tmp_path: Path) -> None:
     """A migration of a large store at an upgrade takes minutes: the admin endpoint listens
     before the store is opened, /healthz says the process is alive (a startup or liveness
@@ -171,26 +196,10 @@ def test_probes_are_answered_while_the_store_is_opened_and_migrated(tmp_path: Pa
     the API answer 503 until it is open."""
     svc = _service(tmp_path, **OFF, **{"receiver.grpc_endpoint": "",
                                        "receiver.http_endpoint": "127.0.0.1:0"})
-    opening, release = threading.Event(), threading.Event()
-    open_store = svc._open_store
-
-    def slow_migration() -> None:
-        opening.set()
-        assert release.wait(60)
-        open_store()
-
-    svc._open_store = slow_migration  # type: ignore[method-assign]
-    starting = threading.Thread(target=svc.start, kwargs={"worker": False})
-    starting.start()
-    try:
-        assert opening.wait(60)
-        url = f"http://127.0.0.1:{svc.admin.port}"
+    with _migration_held(svc) as url:
         assert svc.admin.port and _status(url + "/healthz") == 200
         assert _status(url + "/readyz") == 503
         assert _status(url + "/v1/evaluations") == 503
-    finally:
-        release.set()
-        starting.join(60)
     try:
         assert _status(url + "/v1/evaluations") == 200
         assert _status(url + "/readyz") == 200
@@ -211,28 +220,12 @@ def test_metrics_are_scraped_during_a_migration_without_reading_the_store(
         real = getattr(svc.store, name)
         monkeypatch.setattr(svc.store, name, lambda *a, _n=name, _r=real: (
             reads.append(_n), _r(*a))[1])
-    opening, release = threading.Event(), threading.Event()
-    open_store = svc._open_store
-
-    def held_migration() -> None:
-        opening.set()
-        assert release.wait(60)
-        open_store()
-
-    svc._open_store = held_migration  # type: ignore[method-assign]
-    starting = threading.Thread(target=svc.start, kwargs={"worker": False})
-    starting.start()
-    try:
-        assert opening.wait(60)
-        url = f"http://127.0.0.1:{svc.admin.port}"
+    with _migration_held(svc) as url:
         with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
             assert r.status == 200
             assert b"otel_eval_receiver_spans_received_total" in r.read()
         assert _status(url + "/readyz") == 503
         assert reads == []
-    finally:
-        release.set()
-        starting.join(60)
     try:
         assert _status(url + "/metrics") == 200
         assert "labelled" in reads  # computed once open, not held back for refresh_s
