@@ -133,7 +133,9 @@ class AdminConfig:
     # (service, agent) pairs with series of their own on /metrics, one budget shared by every
     # per-trace metric: the first this many distinct pairs; every other pair is counted as
     # service="_other", agent="_other" on all of them alike (so ratios hold). A pair costs
-    # ~65 series lines (4 histograms): 250 keep /metrics under ~20k lines.
+    # ~65 series lines (4 histograms): 250 keep /metrics under ~20k lines. The agents the
+    # configuration names (detectors.agents, judge.sampling.rate_by_agent keys) have series
+    # besides, outside the budget: no sender's junk names can put them under _other.
     metrics_max_pairs: int = 250
 
     def __post_init__(self) -> None:

@@ -104,6 +104,14 @@ def check_exposure(config: Config) -> None:
                     "(allow_insecure_non_loopback); restrict it at the network level")
 
 
+def named_agents(config: Config) -> tuple[str, ...]:
+    """The agents the configuration names (``detectors.agents``'s and
+    ``judge.sampling.rate_by_agent``'s keys): their (service, agent) pairs are admitted to the
+    per-trace metrics outside ``admin.metrics_max_pairs`` (``telemetry.labels.Pairs``), so no
+    sender of junk names can put an agent someone configured under ``_other``."""
+    return tuple(sorted({*config.detectors.agents, *config.judge.sampling.rate_by_agent}))
+
+
 _INT = re.compile(r"-?[0-9]{1,30}")  # a count or a number of seconds, as text
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 

@@ -53,7 +53,7 @@ from typing import Any, cast
 from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin import AdminApi, AdminServer
-from otel_eval.app.config import Config, check_exposure
+from otel_eval.app.config import Config, check_exposure, named_agents
 from otel_eval.app.lifecycle import ForcedExit, Lifecycle, Step
 from otel_eval.app.worker import EvaluatorSections, WorkerSpec
 from otel_eval.app.worker_process import available_cores
@@ -143,7 +143,8 @@ class Service:
         # ``serve --kafka-publish``: receivers that write to the topic, evaluating nothing
         self.front_end = config.kafka.enabled and config.kafka.publish
         self.metrics = Metrics(self.registry, prediction=config.prediction,
-                               max_pairs=config.admin.metrics_max_pairs)
+                               max_pairs=config.admin.metrics_max_pairs,
+                               reserved_agents=named_agents(config))
         # Constructed here, opened by the lifecycle (``start``): the locks first, then the
         # store and the spool; nothing here touches a file or a socket.
         self._locks = [] if self.front_end else instance_locks(

@@ -16,6 +16,7 @@ prometheus_client escapes a newline, a quote and a backslash only).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from otel_eval.base.printable import printable
@@ -56,11 +57,15 @@ class Pairs:
     """The one label budget of every per-trace metric: admits the first ``cap`` distinct
     (service, agent) pairs; any other pair is (``_other``, ``_other``) on every metric alike,
     so a ratio of two metrics (loops / completed) stays right for each pair and in sum.
-    Thread-safe."""
+    A pair whose agent is one of ``reserved`` (the agents the configuration names) is
+    admitted outside the budget: it takes no place in it and is never crowded out of it (a
+    sender of 250 junk names put them under ``_other`` until a restart). Thread-safe."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, reserved: Iterable[str] = ()) -> None:
         self._cap = cap
+        self._reserved = frozenset(labels_of(None, name)[1] for name in reserved)
         self._admitted: set[tuple[str, str]] = set()
+        self._counted = 0  # admitted pairs that take a place in the budget
         self._lock = threading.Lock()
 
     def __call__(self, service: str | None, agent: str | None) -> tuple[str, str]:
@@ -68,8 +73,14 @@ class Pairs:
         if pair in self._admitted:
             return pair
         with self._lock:
-            if pair in self._admitted or len(self._admitted) < self._cap:
+            if pair in self._admitted:
+                return pair
+            if pair[1] in self._reserved:
                 self._admitted.add(pair)
+                return pair
+            if self._counted < self._cap:
+                self._admitted.add(pair)
+                self._counted += 1
                 return pair
         return OTHER, OTHER
 
@@ -92,7 +103,8 @@ class SeriesCap:
     """The (service, agent) pair budget and the per-metric series backstop, shared by the
     trace metrics and the predictor's."""
 
-    def __init__(self, d: Declarer, max_pairs: int, max_series_per_metric: int) -> None:
+    def __init__(self, d: Declarer, max_pairs: int, max_series_per_metric: int,
+                 reserved_agents: Iterable[str] = ()) -> None:
         self.c_series_overflow = d.counter(
             "metrics_series_overflow", "Observations folded into the _other series of a "
             "metric whose label combinations reached the cap.", ["metric"])
@@ -104,11 +116,11 @@ class SeriesCap:
         self._combos_lock = threading.Lock()
         # (service, agent) pairs with series of their own: capping each label separately
         # (100 x 100) let each metric admit different pairs (3,000 pairs: 50,157 series)
-        self._pairs = Pairs(max_pairs)
+        self._pairs = Pairs(max_pairs, reserved_agents)
 
     def pair(self, service: str | None, agent: str | None) -> tuple[str, str]:
         """The (service, agent) labels of a trace: its own when the pair is within the
-        budget (``max_pairs``), else (``_other``, ``_other``)."""
+        budget (``max_pairs``) or its agent is a reserved one, else (``_other``, ``_other``)."""
         return self._pairs(service, agent)
 
     def admitted(self, service: str | None, agent: str | None) -> tuple[str, str] | None:

@@ -180,13 +180,14 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None, *, max_pairs: int = 250,
                  max_tools_per_agent: int = 20, max_series_per_metric: int = 10_000,
-                 prediction: AucSettings | None = None) -> None:
+                 prediction: AucSettings | None = None,
+                 reserved_agents: Iterable[str] = ()) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         d = Declarer(self.registry)
         self.ingest = IngestMetrics(d)
         self.evaluation = EvaluationMetrics(d)
         self.sinks = SinkMetrics(d)
-        cap = SeriesCap(d, max_pairs, max_series_per_metric)
+        cap = SeriesCap(d, max_pairs, max_series_per_metric, reserved_agents)
         self.traces = TraceMetrics(d, cap, max_tools_per_agent)
         self.sessions = SessionMetrics(d, cap)
         self.judge = JudgeMetrics(d)
