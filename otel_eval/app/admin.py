@@ -137,6 +137,17 @@ class AdminConfig:
     # configuration names (detectors.agents, judge.sampling.rate_by_agent keys) have series
     # besides, outside the budget: no sender's junk names can put them under _other.
     metrics_max_pairs: int = 250
+    # Seconds a (service, agent) pair may go without a trace (or session) before its series
+    # are removed from every per-trace metric at once and its place in metrics_max_pairs is
+    # given back (the OTel Collector spanmetrics connector's metrics_expiration); 0: never.
+    # Without it the budget was the first 250 pairs for the process's life, so a burst of
+    # junk names put every later agent under _other until a restart. A pair that comes back
+    # is admitted again with its counters from 0 (a new _created: rate(), increase() and
+    # the repeated-runs alerts take it as a reset). Default 172800 (48 h): longer than
+    # every window the alerts and the dashboard read (the longest, the repeated-runs
+    # alerts' look-back for a series' earlier life, [1d] offset 60m: 25 h), so an agent
+    # that runs once a day keeps its series. Checked at most once a minute.
+    metrics_expiration_s: float = 172_800.0
 
     def __post_init__(self) -> None:
         bad_hosts = [h for h in self.allowed_hosts
@@ -146,8 +157,9 @@ class AdminConfig:
         if bad_hosts:
             problems["allowed_hosts"] = ("expected host names without port or scheme, "
                                          f"got {bad_hosts!r}")
-        validate(self, endpoints=("endpoint",), minimum={"metrics_max_pairs": 1},
-                 problems=problems)
+        validate(self, endpoints=("endpoint",),
+                 minimum={"metrics_max_pairs": 1, "metrics_expiration_s": 0},
+                 finite=["metrics_expiration_s"], problems=problems)
         if self.trace_url and (not self.trace_url.startswith(("http://", "https://"))
                                or "{trace_id}" not in self.trace_url):
             raise FieldErrors({"trace_url": "expected an http(s) URL with {trace_id} in it, "

@@ -144,7 +144,9 @@ class Service:
         self.front_end = config.kafka.enabled and config.kafka.publish
         self.metrics = Metrics(self.registry, prediction=config.prediction,
                                max_pairs=config.admin.metrics_max_pairs,
-                               reserved_agents=named_agents(config))
+                               reserved_agents=named_agents(config),
+                               metrics_expiration_s=config.admin.metrics_expiration_s,
+                               clock=clock)
         # Constructed here, opened by the lifecycle (``start``): the locks first, then the
         # store and the spool; nothing here touches a file or a socket.
         self._locks = [] if self.front_end else instance_locks(

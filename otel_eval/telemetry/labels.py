@@ -2,9 +2,11 @@
 
 One budget of (service, agent) pairs for every per-trace metric (the first ``max_pairs``
 distinct pairs; any other pair is service="_other", agent="_other" on all of them alike, so
-ratios between them hold); tool names: the first ``max_tools_per_agent`` per (service, agent) pair,
-the rest ``_other``; and a backstop per metric past the pair budget (``max_series_per_metric`` label
-combinations, the rest folded into the all-``_other`` series and counted in
+ratios between them hold; the agents the configuration names besides, outside it; a pair idle
+for ``expiration_s`` removed from every metric at once, its place given back); tool names:
+the first ``max_tools_per_agent`` per (service, agent) pair, the rest ``_other``; and a
+backstop per metric past the pair budget (``max_series_per_metric`` label combinations, the
+rest folded into the all-``_other`` series and counted in
 ``otel_eval_metrics_series_overflow_total{metric}``).
 
 Every label value from span content is ``label_text``: valid UTF-8, its control characters
@@ -15,8 +17,10 @@ prometheus_client escapes a newline, a quote and a backslash only).
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from otel_eval.base.printable import printable
@@ -26,6 +30,7 @@ from otel_eval.telemetry.declare import Declarer
 OTHER = "_other"
 UNKNOWN = "unknown"
 MAX_LABEL_CHARS = 128  # a name from span content is cut to this many characters as a label
+SWEEP_EVERY_S = 60.0  # idle pairs are looked for at most this often (when they expire)
 
 
 def label_text(text: str) -> str:
@@ -64,30 +69,47 @@ class Pairs:
     def __init__(self, cap: int, reserved: Iterable[str] = ()) -> None:
         self._cap = cap
         self._reserved = frozenset(labels_of(None, name)[1] for name in reserved)
-        self._admitted: set[tuple[str, str]] = set()
+        self._seen: dict[tuple[str, str], float] = {}  # admitted pair -> when last seen
         self._counted = 0  # admitted pairs that take a place in the budget
         self._lock = threading.Lock()
 
-    def __call__(self, service: str | None, agent: str | None) -> tuple[str, str]:
+    def __call__(self, service: str | None, agent: str | None,
+                 now: float = 0.0) -> tuple[str, str]:
         pair = labels_of(service, agent)
-        if pair in self._admitted:
+        if pair in self._seen:
+            self._seen[pair] = now  # one store, atomic: no lock on the way of every trace
+            return pair
+        if pair == (OTHER, OTHER):  # named so by its sender: the overflow's, never expired
             return pair
         with self._lock:
-            if pair in self._admitted:
-                return pair
-            if pair[1] in self._reserved:
-                self._admitted.add(pair)
-                return pair
-            if self._counted < self._cap:
-                self._admitted.add(pair)
-                self._counted += 1
+            reserved = pair[1] in self._reserved
+            if pair in self._seen or reserved or self._counted < self._cap:
+                self._counted += pair not in self._seen and not reserved
+                self._seen[pair] = now
                 return pair
         return OTHER, OTHER
 
     def admitted(self, service: str | None, agent: str | None) -> tuple[str, str] | None:
         """The pair's labels when it is already admitted, else None; admits nothing."""
         pair = labels_of(service, agent)
-        return pair if pair in self._admitted else None
+        return pair if pair in self._seen else None
+
+    def expire(self, before: float) -> set[tuple[str, str]]:
+        """The admitted pairs last seen before ``before``, taken out: their places in the
+        budget given back. A scan of the pairs (``max_pairs`` and the reserved agents')."""
+        with self._lock:
+            gone = {pair for pair, seen in self._seen.items() if seen < before}
+            for pair in gone:
+                del self._seen[pair]
+            # counted again, not decremented: a trace of a pair taken out here, seen on the
+            # lock-free path meanwhile, stores it back uncounted (a place too many, till now)
+            self._counted = sum(agent not in self._reserved for _, agent in self._seen)
+        return gone
+
+    def services(self) -> set[str]:
+        """The services of the admitted pairs."""
+        with self._lock:
+            return {service for service, _ in self._seen}
 
 
 def labels_of(service: str | None, agent: str | None) -> tuple[str, str]:
@@ -104,7 +126,8 @@ class SeriesCap:
     trace metrics and the predictor's."""
 
     def __init__(self, d: Declarer, max_pairs: int, max_series_per_metric: int,
-                 reserved_agents: Iterable[str] = ()) -> None:
+                 reserved_agents: Iterable[str] = (), expiration_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.c_series_overflow = d.counter(
             "metrics_series_overflow", "Observations folded into the _other series of a "
             "metric whose label combinations reached the cap.", ["metric"])
@@ -113,15 +136,70 @@ class SeriesCap:
         # pathological mix reaches it; the overflow is counted
         self._max_series = max_series_per_metric
         self._combos: dict[int, dict[tuple[str, ...], Any]] = {}  # metric -> series -> child
+        self._metrics: dict[int, Any] = {}  # id -> the metric its combos are of
         self._combos_lock = threading.Lock()
         # (service, agent) pairs with series of their own: capping each label separately
         # (100 x 100) let each metric admit different pairs (3,000 pairs: 50,157 series)
         self._pairs = Pairs(max_pairs, reserved_agents)
+        # admin.metrics_expiration_s (0: never): a pair idle that long gives its place back.
+        # Looked for at most once a minute (as spanmetrics' at each flush): a clock read per
+        # trace, a scan of the pairs per minute, never one per trace
+        self._expiration_s, self._clock = expiration_s, clock
+        self._sweep_every_s = min(expiration_s, SWEEP_EVERY_S)
+        self._next_sweep = clock() + self._sweep_every_s if expiration_s else 0.0
+        self._sweeping = threading.Lock()
+        self._forgets: list[Callable[[set[tuple[str, str]]], None]] = []
 
     def pair(self, service: str | None, agent: str | None) -> tuple[str, str]:
         """The (service, agent) labels of a trace: its own when the pair is within the
-        budget (``max_pairs``) or its agent is a reserved one, else (``_other``, ``_other``)."""
-        return self._pairs(service, agent)
+        budget (``max_pairs``) or its agent is a reserved one, else (``_other``, ``_other``).
+        Pairs idle past the expiration are taken out first, when a minute has passed."""
+        if not self._expiration_s:
+            return self._pairs(service, agent)
+        now = self._clock()
+        if now >= self._next_sweep:
+            self._expire(now)
+        return self._pairs(service, agent, now)
+
+    def on_expired(self, forget: Callable[[set[tuple[str, str]]], None]) -> None:
+        """``forget(pairs)`` is called with the pairs expired, after their series went (a
+        subsystem's own state per pair: tool names, AUC windows)."""
+        self._forgets.append(forget)
+
+    def _expire(self, now: float) -> None:
+        if not self._sweeping.acquire(blocking=False):
+            return  # another thread sweeps
+        try:
+            if now < self._next_sweep:
+                return
+            self._next_sweep = now + self._sweep_every_s
+            gone = self._pairs.expire(now - self._expiration_s)
+            if gone:
+                self._remove(gone)
+                for forget in self._forgets:
+                    forget(gone)
+        finally:
+            self._sweeping.release()
+
+    def _remove(self, gone: set[tuple[str, str]]) -> None:
+        """The series of ``gone`` pairs removed from every metric at once, so ratios of two
+        metrics stay right; a (service, ...) metric's series (agent_source) once no admitted
+        pair has the service. A trace of the pair counted meanwhile may be lost with them."""
+        services = {service for service, _ in gone} - self._pairs.services()
+        with self._combos_lock:
+            for key, seen in self._combos.items():
+                metric = self._metrics[key]
+                names = tuple(metric._labelnames)  # prometheus_client's, as declared
+                if names[:2] == ("service", "agent"):
+                    drop = [v for v in seen if (v[0], v[1]) in gone]
+                elif names[:1] == ("service",):
+                    drop = [v for v in seen if v[0] in services]
+                else:
+                    continue
+                for values in drop:
+                    del seen[values]
+                    with contextlib.suppress(KeyError):  # never observed
+                        metric.remove(*values)
 
     def admitted(self, service: str | None, agent: str | None) -> tuple[str, str] | None:
         """The labels of a pair already admitted by ``pair`` (the traces seen), else None:
@@ -139,6 +217,7 @@ class SeriesCap:
         values = tuple(label_text(v) for v in values)  # prometheus_client encodes them
         with self._combos_lock:
             seen = self._combos.setdefault(id(metric), {})
+            self._metrics[id(metric)] = metric
             if values not in seen:
                 if len(seen) >= self._max_series:
                     self.c_series_overflow.labels(metric.describe()[0].name).inc()

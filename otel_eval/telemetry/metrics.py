@@ -15,7 +15,8 @@ is a ``Collector`` of this package registered on the same registry.
 Every metric is ``otel_eval_<subsystem>_<what>_<unit>``; label values come only from closed
 sets or from capped sets: one budget of (service, agent) pairs for every per-trace metric (the
 first ``max_pairs`` distinct pairs; any other pair is service="_other", agent="_other" on all
-of them alike, so ratios between them hold); tool names: the first ``max_tools_per_agent`` per
+of them alike, so ratios between them hold; configured agents outside it; idle pairs expire:
+``labels.SeriesCap``); tool names: the first ``max_tools_per_agent`` per
 (service, agent) pair, the rest ``_other``.
 Histograms of per-trace figures carry an exemplar ``{"trace_id": ...}`` (OpenMetrics only), so
 a dashboard can jump from a spike to the trace.
@@ -155,7 +156,8 @@ trace that is no agent run (only setup operations: ``trajectory.is_run``), count
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -181,13 +183,15 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None, *, max_pairs: int = 250,
                  max_tools_per_agent: int = 20, max_series_per_metric: int = 10_000,
                  prediction: AucSettings | None = None,
-                 reserved_agents: Iterable[str] = ()) -> None:
+                 reserved_agents: Iterable[str] = (), metrics_expiration_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         d = Declarer(self.registry)
         self.ingest = IngestMetrics(d)
         self.evaluation = EvaluationMetrics(d)
         self.sinks = SinkMetrics(d)
-        cap = SeriesCap(d, max_pairs, max_series_per_metric, reserved_agents)
+        cap = SeriesCap(d, max_pairs, max_series_per_metric, reserved_agents,
+                        metrics_expiration_s, clock)
         self.traces = TraceMetrics(d, cap, max_tools_per_agent)
         self.sessions = SessionMetrics(d, cap)
         self.judge = JudgeMetrics(d)

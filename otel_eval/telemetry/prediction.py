@@ -105,6 +105,7 @@ class PredictionMetrics:
         # one name shared a window (right on one, inverted on the other: 0.5 for both)
         self._windows: dict[tuple[str, str], RollingAuc] = {}
         self._lock = threading.Lock()
+        cap.on_expired(self._forget)
         d.collector(_AucCollector(self))
 
     def predicted(self, evaluation: Evaluation, service: str, agent: str,
@@ -134,6 +135,12 @@ class PredictionMetrics:
         pair = self._cap.admitted(body.get("service"), body.get("agent")) or (OTHER, OTHER)
         self._label(pair, str(body["trace_id"]), float(prediction["p_success"]),
                     outcome == "success")
+
+    def _forget(self, pairs: set[tuple[str, str]]) -> None:
+        """Expired pairs' windows go with their series (their AUC gauge with them)."""
+        with self._lock:
+            for pair in pairs:
+                self._windows.pop(pair, None)
 
     def rolling_auc(self) -> dict[tuple[str, str], float]:
         """(service, agent) -> AUC of its window, for the pairs that have one."""

@@ -30,6 +30,7 @@ class TraceMetrics:
         # agents of one name shared one budget (the first one's tools made the other's _other)
         self._tools: dict[tuple[str, str], CappedNames] = {}
         self._tools_lock = threading.Lock()
+        cap.on_expired(self._forget_tools)
         c, sa = d.counter, ("service", "agent")
         self.c_completed = c("traces_completed", "Traces evaluated.", [*sa, "status"])
         self.c_superseded = c("traces_superseded",
@@ -141,6 +142,12 @@ class TraceMetrics:
             if 0 <= i < len(t.steps) and t.steps[i].tool_name:
                 return t.steps[i].tool_name
         return None
+
+    def _forget_tools(self, pairs: set[tuple[str, str]]) -> None:
+        """Expired pairs' tool names: a pair admitted again starts its tool budget anew."""
+        with self._tools_lock:
+            for pair in pairs:
+                self._tools.pop(pair, None)
 
     def _tool(self, pair: tuple[str, str], tool: str | None) -> str:
         capped = self._tools.get(pair)
