@@ -206,6 +206,12 @@ class SeriesCap:
         a look-up for series that must not spend the budget (the agreement gauges)."""
         return self._pairs.admitted(service, agent)
 
+    def labels(self, service: str | None, agent: str | None) -> tuple[str, str]:
+        """The labels the per-trace metrics carry for a pair, admitting nothing: its own
+        when admitted, else (``_other``, ``_other``) (for series that join theirs, of
+        stored data: the issues job's)."""
+        return self._pairs.admitted(service, agent) or (OTHER, OTHER)
+
     def series(self, metric: Any, *values: str) -> Any:
         """``metric.labels(*values)``, or its all-``_other`` series once the metric holds
         ``max_series_per_metric`` label combinations (counted per metric). Values are made

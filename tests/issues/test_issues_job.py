@@ -555,6 +555,43 @@ def test_agent_info_of_a_pair_past_the_metrics_pair_budget_joins_the_other_serie
         job.close()
 
 
+def test_the_job_takes_no_place_in_the_metrics_pair_budget(store: Store) -> None:
+    """The job labels an issue's pairs as the per-trace metrics do, by looking them up: it
+    admitted them (SeriesCap.pair), so after a restart the stored window's pairs, retired
+    agents' included, took the budget's places before the live agents' traces came (and,
+    with admin.metrics_expiration_s, kept them, seen again at every run)."""
+    from issue_fixtures import LOOP, evaluation
+
+    from otel_eval.outputs.deps import Deps
+    from otel_eval.outputs.issues import job as issues_job
+    from otel_eval.telemetry.metrics import Metrics
+
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, max_pairs=1)
+    stored = []  # by the process before the restart: this one's metrics never saw them
+    for i in range(6):
+        body = evaluation(f"{i:032x}", [("planner", LOOP[i % 3].format(n=i))], agent="retired")
+        stored.append(_stored(body, T0 - 60))
+        stored[-1].trajectory.service = "billing"
+    store.put_many(stored)
+    job = issues_job.build(IssuesConfig(), Deps(metrics, registry, store, store.path,
+                                                store.path, None))
+    assert job is not None
+    try:
+        assert job.run_once(T0) is not None
+        info = {(s["service"], s["agent"]) for s, _ in
+                _samples(registry, "otel_eval_issue_agent_info")}
+        assert info == {("_other", "_other")}  # no series of the traces' carries the pair
+        live = _stored(evaluation(f"{99:032x}", [], agent="planner"), T0)
+        live.trajectory.service = "search"
+        metrics.evaluation_stored(live, 0.1, superseded=False)
+        traced = {(s["service"], s["agent"]) for s, _ in
+                  _samples(registry, "otel_eval_traces_completed_total")}
+        assert traced == {("search", "planner")}
+    finally:
+        job.close()
+
+
 def test_a_window_past_the_runs_read_says_so(
         store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The job clusters the newest ``WINDOW_RUNS`` runs of its window (100,000: each run's

@@ -93,9 +93,10 @@ PairLabels = Callable[[str | None, str | None], tuple[str, str]]
 
 def _labels(issues: Iterable[Issue], pair: PairLabels) -> tuple[tuple[str, str], ...]:
     """The (service, agent) pairs of ``issues`` as the per-trace metrics label them (the
-    dashboard joins on both): ``pair`` is their pair budget (``SeriesCap.pair``), so a pair
-    past ``admin.metrics_max_pairs`` is (``_other``, ``_other``) here as on the traces'
-    series; the first ``MAX_AGENTS_PER_ISSUE``."""
+    dashboard joins on both): ``pair`` looks them up in their pair budget
+    (``SeriesCap.labels``), so a pair without series (past ``admin.metrics_max_pairs``, or
+    not seen by this process) is (``_other``, ``_other``) here as on the traces' series,
+    and the stored window takes no place in the budget; the first ``MAX_AGENTS_PER_ISSUE``."""
     pairs = {pair(s or None, a or None) for i in issues for s, a in i.service_agents}
     return tuple(sorted(pairs)[:MAX_AGENTS_PER_ISSUE])
 
@@ -343,4 +344,4 @@ def build(config: IssuesConfig, deps: Deps, *,
                                                   keep=critique_fields),
                      deps.registry, annotator=grafana, namer=namer(),
                      synthesizer=synthesizer(), session=deps.store_session,
-                     pair=deps.metrics.traces.cap.pair, redact=redact)
+                     pair=deps.metrics.traces.cap.labels, redact=redact)
