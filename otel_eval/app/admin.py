@@ -146,7 +146,8 @@ class AdminConfig:
     # the repeated-runs alerts take it as a reset). Default 172800 (48 h): longer than
     # every window the alerts and the dashboard read (the longest, the repeated-runs
     # alerts' look-back for a series' earlier life, [1d] offset 60m: 25 h), so an agent
-    # that runs once a day keeps its series. Checked at most once a minute.
+    # that runs once a day keeps its series. Checked at most once a minute, when a trace or
+    # session is counted (no traffic at all: the idle series stay until the next one).
     metrics_expiration_s: float = 172_800.0
 
     def __post_init__(self) -> None:
