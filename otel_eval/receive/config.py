@@ -67,7 +67,7 @@ class ReceiverConfig:
     # (at least max_message_bytes; past it throttle reason `sender_share`). Default 256 MiB.
     max_body_bytes_in_flight: int = 256 * 1024 * 1024
     # What decoding the protobuf requests in hand holds at once, over both OTLP receivers,
-    # bytes: each is charged 2 bytes per byte received, 192 per nested message (attribute,
+    # bytes: each is charged 3 bytes per byte received, 192 per nested message (attribute,
     # event, link...) and 1 KiB per span or log record (a request of minimal spans holds ~19x
     # its bytes once decoded, one of empty attributes ~25x). A request that would pass
     # it is answered 429 / RESOURCE_EXHAUSTED with RetryInfo (throttle reason `decoding`);
