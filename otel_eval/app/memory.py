@@ -13,7 +13,8 @@ kept for re-opening.
 Only the parts the mode builds are counted (``app/service.py``): a receiver-mode front end
 (``kafka.publish``) has no engine, spool, sinks, judge, evaluation worker nor issues job, and
 holds, beyond the requests it receives, their records being published; the issues job runs
-only with ``issues.interval_s`` > 0.
+only with ``issues.interval_s`` > 0, the judge (litellm imported, its queue) only when
+``judge.active``.
 
 Not counted: an evaluation worker's trace (``trajectory`` bounds); the requests being decoded,
 protobuf and OTLP/JSON, are within ``receiver.max_decoding_bytes``.
@@ -25,11 +26,15 @@ from otel_eval.app.config import Config
 from otel_eval.assemble.assembler import ID_HELD_BYTES, RECORD_HELD_BYTES, SPAN_HELD_BYTES
 
 MIB = 1024 * 1024
-# serve and one evaluation worker, the judge's litellm imported (judge.model): serve ~265 MiB
-# RSS measured after a judged run, a worker ~40 MiB; ~65 MiB without the judge (pricing reads
-# litellm's price map as JSON, the success model needs no scikit-learn: the issues job's
-# clustering imports it, ISSUES_BYTES); bench/idle_memory.py, the chart's resources comment
-IDLE_BYTES = 300 * MIB
+# serve and one evaluation worker, no judge: serve ~63 MiB RSS measured (--workers 1), a
+# worker ~29-40 MiB (pricing reads litellm's price map as JSON, the success model needs no
+# scikit-learn: the issues job's clustering imports it, ISSUES_BYTES); bench/idle_memory.py,
+# the chart's resources comment
+IDLE_BYTES = 128 * MIB
+# what the judge (judge.model) adds to the idle tree, litellm imported: serve ~235 MiB RSS
+# idle with it (+172), ~265 MiB after a judged run (+~200); with IDLE_BYTES the ~300 MiB
+# counted before for every evaluator, judge or none
+JUDGE_IDLE_BYTES = 192 * MIB
 # serve --kafka-publish, one process (no worker, no judge; aiokafka imported): 64 MiB RSS
 # measured with the service started up to its publisher (no broker here, so not its
 # connections nor the receivers' threads: the rest is their margin)
@@ -45,9 +50,12 @@ GRPC_QUEUED_CALL_BYTES = 8 * MIB
 def worst_case(config: Config) -> dict[str, int]:
     """Bytes each part the mode builds may hold at once, at worst (module docstring)."""
     front_end = config.kafka.enabled and config.kafka.publish
+    judge = config.judge.active and not front_end  # judge.build: a model, not switched off
     parts = {"idle process (serve --kafka-publish)" if front_end
              else "idle process tree (serve, one worker)":
              FRONT_END_IDLE_BYTES if front_end else IDLE_BYTES}
+    if judge:
+        parts["idle judge (litellm imported)"] = JUDGE_IDLE_BYTES
     parts.update(_receiving(config))
     if front_end:
         # decoded spans encoded again, a request of several traces parsed again to split it,
@@ -96,6 +104,6 @@ def _evaluating(config: Config) -> dict[str, int]:
     if exporters:
         parts["export queues (max_queue_bytes each)"] = (
             exporters * config.export.max_queue_bytes)
-    if config.judge.model:
+    if config.judge.active:
         parts["judge queue (max_queue_bytes)"] = config.judge.max_queue_bytes
     return parts

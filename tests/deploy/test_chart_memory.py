@@ -122,6 +122,19 @@ def test_the_issues_job_is_counted_only_when_it_runs() -> None:
     assert sum(worst_case(on).values()) - sum(worst_case(off).values()) == 432 * 2**20
 
 
+def test_the_judges_imports_are_counted_only_when_it_is_built() -> None:
+    """``judge.model`` empty builds no judge (``judge.build``) and imports no litellm: serve
+    idled at ~63 MiB RSS without it, ~235 MiB with it (bench/idle_memory.py --workers 1),
+    yet the idle figure counted the judge's ~300 MiB tree either way."""
+    def idle(config: Config) -> int:
+        return sum(n for name, n in worst_case(config).items() if name.startswith("idle"))
+
+    off, on = Config(), build(Config, {"judge": {"model": "openai/gpt-4o-mini"}})
+    assert idle(off) <= 128 * 2**20
+    assert idle(on) - idle(off) >= 172 * 2**20
+    assert idle(on) >= 300 * 2**20  # ~265 MiB serve after a judged run, a worker ~40
+
+
 def test_the_sidecar_example_fits_its_memory_limit(tmp_path: Path) -> None:
     """The sidecar ran serve on the code's defaults (~4.9 GiB at worst) under a 1Gi limit:
     the bounds of a fleet's evaluator, not of one agent's runs."""
