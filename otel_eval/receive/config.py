@@ -58,8 +58,11 @@ class ReceiverConfig:
     # `localhost` listens on 127.0.0.1 and ::1 alike.
     http_endpoint: str = "localhost:4318"
     # Largest request accepted, bytes (after gzip decompression for HTTP). Agent traces with
-    # message content routinely pass gRPC's 4 MiB default.
-    max_message_bytes: int = 64 * 1024 * 1024
+    # message content routinely pass gRPC's 4 MiB default. A request must also fit
+    # max_decoding_bytes alone, charged by its content (LLM agent spans ~10.5x their bytes):
+    # the defaults take such a request as large as this (24 MiB x 10.5 < 256 MiB); raise
+    # the two together, or larger requests are refused too_large. Default 24 MiB.
+    max_message_bytes: int = 24 * 1024 * 1024
     # Request bodies (decompressed) the OTLP/HTTP receiver holds at once over all its
     # connections, bytes (at least max_message_bytes); a request whose body would pass it is
     # answered 429 with Retry-After (throttle reason `bodies_in_flight`). Without it, 1,024

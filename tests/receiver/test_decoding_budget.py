@@ -18,6 +18,7 @@ from support.harness import running_service
 from test_receivers import _post, _raw_export, _spans
 
 from otel_eval.decode import encode, otlp
+from otel_eval.receive.config import ReceiverConfig
 from otel_eval.receive.decoding import DecodeBudget, json_cost
 
 PB = "application/x-protobuf"
@@ -181,3 +182,43 @@ def test_the_charge_holds_the_peak_of_a_request_of_long_strings(invalid_utf8: bo
     held, charged = _held_and_charged(body)
     assert held > 2.5 * len(body)  # the case is what it says: the peak is the strings'
     assert charged >= held, (held, charged)
+
+
+def _agent_request(size: int) -> bytes:
+    """LLM agent spans, the conformance recordings' (each copy under trace ids of its own),
+    as one protobuf request of just under ``size`` bytes."""
+    from cost import work
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    entries = [rs for requests in work.conformance_requests() for signal, one in requests
+               if signal == "traces" for rs in one.resource_spans]
+    request, room, copy, added = ExportTraceServiceRequest(), size, 0, True
+    while added:
+        added = False
+        for rs in entries:
+            n = rs.ByteSize() + 6  # its tag and length, at most
+            if n <= room:
+                new = request.resource_spans.add()
+                new.CopyFrom(rs)
+                for span in (s for ss in new.scope_spans for s in ss.spans):
+                    span.trace_id = copy.to_bytes(2, "big") + span.trace_id[2:]
+                room, added = room - n, True
+        copy += 1
+    return request.SerializeToString()
+
+
+def test_a_request_of_agent_spans_the_size_limit_takes_is_decoded(tmp_path: Path) -> None:
+    """With the code's defaults, one request of LLM agent spans as large as
+    ``max_message_bytes`` fits ``max_decoding_bytes`` alone. 64 MiB against 256 MiB refused
+    such a request over ~24 MiB too_large (charged ~10.5x its bytes), which an exporter
+    never retries: the size limit took what the budget could never decode."""
+    limit = ReceiverConfig().max_message_bytes
+    body = _agent_request(limit)
+    assert 0.98 * limit < len(body) <= limit
+    with running_service(tmp_path) as h:
+        assert _raw_export(h, body)[1] is None
+        assert _post(h.http_url, body, PB)[0] == 200
+        for protocol in ("grpc", "http"):
+            assert h.sample("otel_eval_receiver_requests_refused_total", protocol=protocol,
+                            reason="too_large") == 0
