@@ -1,6 +1,7 @@
 """Where serve's CPU per span goes, timed without a profiler: serve's own wiring (``Service``:
 spool, SQLite store, metrics, sinks; no sockets, ``evaluation.workers`` 1) driven in this
-process: ``Ingest.handle_bytes`` per request (as the gRPC receiver calls it), then the
+process: ``Ingest.handle_bytes`` per request (as the gRPC receiver calls it, with the
+decoding budget's charge as ``Service`` wires it: until 2026-12-07 it was left out), then the
 engine's ``tick`` and ``process`` (evaluate, store, spool, metrics). Each part is wrapped
 with ``time.process_time``; nested parts are indented under the part that calls them.
 
@@ -29,6 +30,7 @@ from ingest_procs import TOOLS
 # (label, owner module or class path, attribute): parts timed, outermost first
 PARTS = (
     ("receive: handle_bytes (all below)", "otel_eval.receive.ingest:Ingest", "handle_bytes"),
+    ("  decoding budget: charge", "otel_eval.receive.decoding:DecodeBudget", "cost"),
     ("  parse request", "otel_eval.decode.otlp", "parse_request"),
     ("  decode spans", "otel_eval.decode.otlp", "decode_request"),
     ("  spool append", "otel_eval.assemble.spool:Spool", "append"),
@@ -76,6 +78,7 @@ def main() -> int:
     from otel_eval.app.cli import _tune_gc
     from otel_eval.app.config import Config
     from otel_eval.app.service import Service
+    from otel_eval.receive.decoding import DecodeBudget
     from otel_eval.receive.ingest import Ingest
 
     spent: Counter[str] = Counter()
@@ -91,7 +94,9 @@ def main() -> int:
         svc = Service(config, clock=lambda: now[0])
         svc._open_store()
         svc._open_spool()
-        ingest = Ingest(svc.engine, svc.metrics)
+        # as Service wires its receivers: each request charged to the decoding budget first
+        ingest = Ingest(svc.engine, svc.metrics,
+                        decoding=DecodeBudget(config.receiver.max_decoding_bytes))
         _tune_gc()  # as cmd_serve does once the service is built
 
         def run(n: int, seed: int) -> float:
