@@ -10,8 +10,12 @@ request is counted as far as it goes: the parse that follows refuses it.
 
 ``count_messages`` bounds every nested message of such a request (an attribute, an event, a
 link, an ``AnyValue`` in an array...) without walking them: each begins with its tag, one of
-``MESSAGE_TAGS``, so counting those bytes (``bytes.count``, C, no Python step per item) counts
-them all, and a string's bytes that happen to be tags too (an upper bound).
+``MESSAGE_TAGS``, so counting those bytes (C, no Python step per item) counts them all, and a
+string's bytes that happen to be tags too (an upper bound). They are counted in one pass, as
+the bytes ``bytes.translate`` deletes, a slice of at most ``_COUNT_CHUNK`` bytes at a time
+(the copies it makes stay small whatever the request's size): a ``bytes.count`` per tag was 8
+passes, ~4.6 us a span of serve's ~300 on bench/ingest.py's requests (1.5 % of its CPU),
+against ~1.1.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ _ITEMS = {1: (1,), 2: (2, 1000), 3: (2,)}  # depth -> the fields walked into (3:
 # body), 6 (AnyValue.kvlist_value, a log record's attributes), 9, 11, 13 (a span's
 # attributes, events, links); a span's status (15) is one per span, charged with it.
 MESSAGE_TAGS = tuple(bytes([f << 3 | _LEN]) for f in (1, 2, 3, 5, 6, 9, 11, 13))
+_TAG_BYTES = b"".join(MESSAGE_TAGS)
+_COUNT_CHUNK = 1 << 20  # bytes of the request copied at a time by ``count_messages``
 
 
 def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
@@ -74,6 +80,12 @@ def count_items(body: bytes, stop: int) -> int:
 
 
 def count_messages(body: bytes) -> int:
-    """Nested messages in the request ``body``, at most (module docstring): C's speed, a
-    pass over the bytes per tag."""
-    return sum(map(body.count, MESSAGE_TAGS))
+    """Nested messages in the request ``body``, at most (module docstring): C's speed, one
+    pass over the bytes, a slice of ``_COUNT_CHUNK`` at a time."""
+    if len(body) <= _COUNT_CHUNK:
+        return len(body) - len(body.translate(None, _TAG_BYTES))
+    n = 0
+    for at in range(0, len(body), _COUNT_CHUNK):
+        chunk = body[at:at + _COUNT_CHUNK]
+        n += len(chunk) - len(chunk.translate(None, _TAG_BYTES))
+    return n
