@@ -64,7 +64,10 @@ class BodyError(ValueError):
     def __init__(self, status: int, message: str, reason: str = "") -> None:
         super().__init__(message)
         self.status = status
-        self.reason = reason  # a 429's: "bodies_in_flight" or "sender_share"
+        # why, where the status alone does not say: a 429's "bodies_in_flight" or
+        # "sender_share"; a 415's "unsupported_content_encoding" (brotli, zstd: the
+        # sender's setting, not a broken body)
+        self.reason = reason
 
 
 class BodyBudget:
@@ -198,7 +201,8 @@ def read_body(headers: Message, rfile: _Stream, limit: int,
     """
     encoding = (field(headers, "Content-Encoding") or "identity").strip().lower()
     if encoding not in ("identity", "gzip", "deflate"):
-        raise BodyError(415, f"unsupported Content-Encoding {quoted(encoding)}")
+        raise BodyError(415, f"unsupported Content-Encoding {quoted(encoding)}",
+                        "unsupported_content_encoding")
     pieces = _raw_pieces(headers, rfile, limit)
     if encoding == "identity":
         # into one buffer as they come: ``b"".join`` lists every piece first, one bytes

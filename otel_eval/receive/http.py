@@ -105,13 +105,7 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
         try:
             body = req.body(config.max_message_bytes)
         except BodyError as e:
-            if e.status == 429:  # the bodies in flight (or the address's) at their budget
-                ingest.metrics.ingest.request_throttled("http", e.reason or "bodies_in_flight")
-                return _status(429, str(e), ctype, {"Retry-After": _retry_after(config)}, True)
-            reason = "too_large" if e.status == 413 else "malformed_request"
-            ingest.metrics.ingest.spans_rejected("http", reason, 0)  # spans unknown: unread
-            ingest.metrics.ingest.request_refused("http", reason)
-            return _status(e.status, str(e), ctype, close=True)
+            return _unread(e, ctype)
         if req.path == "/v1/logs":
             res = (ingest.handle_logs_json(body, "http", sender) if ctype == _JSON
                    else ingest.handle_logs_bytes(body, "http", sender))
@@ -120,6 +114,19 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
         else:
             res = ingest.handle_bytes(body, "http", sender)
         return _answer(res, ctype)
+
+    def _unread(e: BodyError, ctype: str) -> Response:
+        """A body refused as it was read: throttled (429), or refused whole by reason."""
+        if e.status == 429:  # the bodies in flight (or the address's) at their budget
+            ingest.metrics.ingest.request_throttled("http", e.reason or "bodies_in_flight")
+            return _status(429, str(e), ctype, {"Retry-After": _retry_after(config)}, True)
+        if e.reason:  # refused on its headers, as an unsupported Content-Type is
+            ingest.metrics.ingest.request_refused("http", e.reason)
+            return _status(e.status, str(e), ctype, close=True)
+        reason = "too_large" if e.status == 413 else "malformed_request"
+        ingest.metrics.ingest.spans_rejected("http", reason, 0)  # spans unknown: unread
+        ingest.metrics.ingest.request_refused("http", reason)
+        return _status(e.status, str(e), ctype, close=True)
 
     def _answer(res: IngestResult, ctype: str) -> Response:
         if res.outcome == "invalid":

@@ -26,6 +26,7 @@ class IngestMetrics:
         self.c_refused = c("receiver_requests_refused",
                            "Requests refused whole, by reason: before reading them "
                            "(unauthenticated, forbidden, unsupported_content_type, "
+                           "unsupported_content_encoding: brotli, zstd, "
                            "unsupported_signal: an OTLP metrics export), or "
                            "unread or undecodable (too_large, malformed_request: their "
                            "spans cannot be counted), or receive_timeout.",
@@ -88,7 +89,8 @@ class IngestMetrics:
     def request_refused(self, protocol: str, reason: str) -> None:
         """``protocol``: grpc | http | admin; ``reason``: unauthenticated | forbidden |
         receive_timeout (gRPC: no message within grpc_receive_timeout_s) |
-        unsupported_content_type | unsupported_signal (an OTLP metrics export) | too_large |
+        unsupported_content_type | unsupported_content_encoding (one not decoded here: br,
+        zstd) | unsupported_signal (an OTLP metrics export) | too_large |
         malformed_request (an export whose spans cannot be counted: each counts here, or a
         sender whose every export is refused shows nowhere)."""
         self.c_refused.labels(protocol, reason).inc()

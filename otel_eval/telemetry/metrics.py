@@ -29,7 +29,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_receiver_requests_throttled_total{protocol,reason}  grpc|http
                (trace requests), grpc_logs|http_logs (logs requests)
                otel_eval_receiver_requests_refused_total{protocol,reason}  unauthenticated|
-               forbidden|receive_timeout|unsupported_content_type|too_large|malformed_request
+               forbidden|receive_timeout|unsupported_content_type|
+               unsupported_content_encoding|unsupported_signal|too_large|malformed_request
                otel_eval_receiver_connections_closed_total{listener,reason}  http|admin;
                httpserver.CLOSE_REASONS (limits, deadlines, client hang-ups)
                otel_eval_metrics_series_overflow_total{metric}  per-trace metrics hold at most

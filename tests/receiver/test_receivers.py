@@ -127,6 +127,14 @@ def _post(url: str, body: bytes, ctype: str, **headers: str) -> tuple[int, bytes
         return e.code, e.read(), dict(e.headers)
 
 
+def _refusals(h: Harness, protocol: str = "http") -> dict[str, float]:
+    """``receiver_requests_refused_total`` of ``protocol`` by reason (those counted)."""
+    return {s.labels["reason"]: s.value
+            for m in h.svc.registry.collect() if m.name == "otel_eval_receiver_requests_refused"
+            for s in m.samples if s.name.endswith("_total") and s.value
+            and s.labels["protocol"] == protocol}
+
+
 def test_http_json_with_hex_ids_and_gzip(tmp_path: Path) -> None:
     with running_service(tmp_path) as h:
         data = otlp_json.request_to_json(encode.encode_spans(_spans(2)))
@@ -140,26 +148,28 @@ def test_http_json_with_hex_ids_and_gzip(tmp_path: Path) -> None:
         assert [s["span_id"] for s in stored["steps"]] == [f"{1:016x}", f"{2:016x}"]
 
 
-@pytest.mark.parametrize(("body", "ctype", "extra", "code"), [
-    (b"{not json", "application/json", {}, 400),
-    (b"\xff\xfe\x00", "application/json", {}, 400),
-    (b"\x0a\xff\xff\xff\xff", "application/x-protobuf", {}, 400),
-    (b"plain", "text/plain", {}, 415),
-    (b"not gzip", "application/x-protobuf", {"Content-Encoding": "gzip"}, 400),
+@pytest.mark.parametrize(("body", "ctype", "extra", "code", "reason"), [
+    (b"{not json", "application/json", {}, 400, "malformed_request"),
+    (b"\xff\xfe\x00", "application/json", {}, 400, "malformed_request"),
+    (b"\x0a\xff\xff\xff\xff", "application/x-protobuf", {}, 400, "malformed_request"),
+    (b"plain", "text/plain", {}, 415, "unsupported_content_type"),
+    (b"not gzip", "application/x-protobuf", {"Content-Encoding": "gzip"}, 400,
+     "malformed_request"),
     (gzip.compress(b"\x00" * (3 * 1024 * 1024)), "application/x-protobuf",
-     {"Content-Encoding": "gzip"}, 413),
+     {"Content-Encoding": "gzip"}, 413, "too_large"),
+    # an encoding not decoded here (brotli, zstd): the sender's setting, not a broken body
+    (b"\x0b\x02\x80", "application/x-protobuf", {"Content-Encoding": "br"}, 415,
+     "unsupported_content_encoding"),
 ], ids=["bad-json", "bad-utf8-json", "bad-protobuf", "wrong-content-type", "not-gzip",
-        "gzip-bomb"])
+        "gzip-bomb", "brotli"])
 def test_http_bad_bodies_get_clear_errors(tmp_path: Path, body: bytes, ctype: str,
-                                          extra: dict[str, str], code: int) -> None:
+                                          extra: dict[str, str], code: int,
+                                          reason: str) -> None:
     with running_service(tmp_path, **{"receiver.max_message_bytes": 2 * 1024 * 1024}) as h:
         status, payload, _ = _post(h.http_url, body, ctype, **extra)
         assert status == code
         # counted whole, by reason: its spans cannot be (read, they would be rejected spans)
-        reason = {400: "malformed_request", 413: "too_large",
-                  415: "unsupported_content_type"}[code]
-        assert h.sample("otel_eval_receiver_requests_refused_total", protocol="http",
-                        reason=reason) == 1
+        assert _refusals(h) == {reason: 1}
         if ctype in ("application/json", "application/x-protobuf") and code == 400:
             assert payload  # a google.rpc.Status with the reason
         assert h.svc.engine.open_traces() == 0
