@@ -547,7 +547,9 @@ class AdminServer:
         # holder's): a flood of partial requests cannot deny the API and the web view
         self._server = HttpServer(self.endpoint, handler, name="otel-eval-admin",
                                   limits=self.config.limits, tls=tls,
-                                  on_close=self.api.connection_closed, reuse_partial=True)
+                                  on_close=self.api.connection_closed,
+                                  on_refuse=lambda reason: self.api.refused("admin", reason),
+                                  reuse_partial=True)
         self._server.start()
         self.port = self._server.port
         log.info("admin endpoint listening on %s (port %d)", self.endpoint, self.port)

@@ -168,6 +168,7 @@ class HttpReceiver:
             self.config.http_endpoint, make_handler(self.config, self.ingest),
             name="otlp-http", limits=self.config.http_limits, tls=tls, error=status_error,
             on_close=lambda reason: metrics.ingest.connection_closed("http", reason),
+            on_refuse=lambda reason: metrics.ingest.request_refused("http", reason),
             reuse_partial=True,
             body_budget=budget, body_budget_per_peer=peer_share(budget, self.config))
         self._server.bind()

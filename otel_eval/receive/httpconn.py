@@ -15,6 +15,7 @@ error words (``httpmessage``). It promises:
   the answer, a deadline passed, a failed handshake, headers past the limit, an HTTP/2 client:
   each is counted with a reason through the listener's ``closed`` (``CLOSE_REASONS``) and
   logged at debug, never a traceback; an idle keep-alive connection timing out is no event;
+  a request refused before its handler is counted too (``refused``: ``REFUSE_REASONS``);
 - a reserved connection serves only the reserved paths (any other is a 503), one request;
 - a bug in a handler answers 500 (logged with its traceback), and a request whose body was
   not read to its end closes the connection (its bytes must not be parsed as a request), as
@@ -69,6 +70,10 @@ log = logging.getLogger(__name__)
 # connection preface (RFC 9113 3.4), read by http.server as a request line of version 2.0.
 _HTTP2_PREFACE = b"PRI * HTTP/2.0"
 _TLS_HANDSHAKE = b"\x16"  # a TLS record's content type: a ClientHello's first byte
+# Why a request was refused before a handler saw it, by the status it was answered (by
+# http.server's ``parse_request`` or here): counted through the listener's ``refused``.
+_REFUSALS = {400: "bad_request_line", 414: "bad_request_line", 431: "header_too_large",
+             505: "unsupported_http_version"}
 # How long a connection closed with its request unread keeps reading (and dropping) what the
 # client still sends, seconds (Go waits 0.5 s, nginx up to 30 s). Bounded in time; nothing is kept.
 LINGER_S = 2.0
@@ -190,6 +195,7 @@ class ListenerBase(socketserver.TCPServer):
     error: ErrorBody
     reserved_paths: frozenset[str]
     closed: Callable[[str], None]  # count why a connection ended (``CLOSE_REASONS``)
+    refused: Callable[[str], None]  # count a request refused before its handler
     budget: BodyBudget | None  # bodies held at once by every connection (None: no bound)
 
     def http2_client(self, peer: str) -> None:
@@ -306,7 +312,8 @@ class Connection(BaseHTTPRequestHandler):
             # random bytes may not hold, then was a bare 400): an https:// endpoint here
             self.server.tls_client(self.client_address[0])
             self.requestline = self.request_version = self.command = ""
-            self.send_error(400, "a TLS client at a plain-text port: use http://")
+            self.send_error(400, "a TLS client at a plain-text port: use http://",
+                            reason="tls_client")
             return
         line = self.rfile.readline(65537)
         if not line:  # closed between requests (or a TCP probe): nothing to answer
@@ -394,10 +401,13 @@ class Connection(BaseHTTPRequestHandler):
             self.wfile.write(resp.body)
 
     def send_error(self, code: int, message: str | None = None,
-                   explain: str | None = None) -> None:
-        """http.server's own refusals (bad request line, headers) in the listener's words."""
+                   explain: str | None = None, *, reason: str = "") -> None:
+        """http.server's own refusals (bad request line, headers) in the listener's words,
+        counted with ``reason`` (by default the status's, ``_REFUSALS``) before the answer."""
         if getattr(self, "raw_requestline", b"").startswith(_HTTP2_PREFACE):
             self.server.http2_client(self.client_address[0])
+        if reason := reason or _REFUSALS.get(code, ""):
+            self.server.refused(reason)
         self.unread = True
         self._write(self.server.error(None, code, message or "bad request"), close=True)
 

@@ -21,6 +21,9 @@ serves one, request after request. Together they promise:
 - **a hang-up is an event, not an error**: a client that closes mid-request or stops reading
   the answer, a deadline passed, a slot refused, a failed handshake: each is counted with a
   reason (``CLOSE_REASONS``) through ``on_close`` and logged at debug, never a traceback;
+- **a request refused before its handler is counted** (``httpconn``): a bad request line,
+  headers past the limit, HTTP/2, a TLS client at a plain-text port, each with a reason
+  (``REFUSE_REASONS``) through ``on_refuse``: a client speaking the wrong protocol shows;
 - a bug in a handler answers 500, and a request whose body was not read to its end closes
   the connection (``httpconn``);
 - **a refusal is heard** (``httpconn``): a connection closed with bytes of its request unread
@@ -53,6 +56,11 @@ log = logging.getLogger(__name__)
 CLOSE_REASONS = ("connection_limit", "peer_limit", "header_timeout", "read_timeout",
                  "write_timeout", "header_too_large", "client_closed", "tls_handshake", "reused",
                  "http2_client", "tls_client")
+# Why the server refused a request before a handler saw it (``httpconn``): its request line
+# (not HTTP/1.x, too long, an unreadable target), headers past the limit, HTTP/2 or later
+# (an OTLP/gRPC exporter), a TLS ClientHello at a plain-text port.
+REFUSE_REASONS = ("bad_request_line", "header_too_large", "unsupported_http_version",
+                  "tls_client")
 # Paths a reserved connection slot serves.
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
@@ -85,7 +93,7 @@ class _Listener(ListenerBase):
         self.name, self.limits, self.clock = server.name, server.limits, server.clock
         self.handler, self.error, self.tls = server.handler, server.error, server.tls
         self.reserved_paths = server.reserved_paths
-        self.closed = server.closed
+        self.closed, self.refused = server.closed, server.refused
         self.budget = server.budget
         self.slots = server.slots  # one set of slots for every address of the endpoint
         self._http2_told = server.http2_told
@@ -214,6 +222,7 @@ class HttpServer:
                  limits: HttpLimits | None = None, tls: TlsFiles | None = None,
                  error: ErrorBody = json_error,
                  on_close: Callable[[str], None] = lambda _reason: None,
+                 on_refuse: Callable[[str], None] = lambda _reason: None,
                  reserved_paths: Collection[str] = PROBE_PATHS,
                  clock: Callable[[], float] = time.monotonic,
                  reuse_partial: bool = False, body_budget: int | None = None,
@@ -222,11 +231,14 @@ class HttpServer:
         longest; ``body_budget``: bytes of request bodies held at once by all its
         connections (past it a body's read is refused 429: ``decode.body.BodyBudget``);
         None: no bound;
-        ``body_budget_per_peer``: the part of it the connections of one address hold."""
+        ``body_budget_per_peer``: the part of it the connections of one address hold;
+        ``on_close``: why a connection ended (``CLOSE_REASONS``); ``on_refuse``: why a
+        request was refused before the handler saw it (``REFUSE_REASONS``)."""
         self.endpoint, self.handler, self.name = endpoint, handler, name
         self.reuse_partial = reuse_partial
         self.limits = limits or HttpLimits()
         self.tls, self.error, self.closed, self.clock = tls, error, on_close, clock
+        self.refused = on_refuse
         self.reserved_paths = frozenset(reserved_paths)
         self.slots = Slots(self.limits, reuse_partial)
         self.budget = (BodyBudget(body_budget, body_budget_per_peer)

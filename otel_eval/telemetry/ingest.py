@@ -29,7 +29,10 @@ class IngestMetrics:
                            "unsupported_content_encoding: brotli, zstd, "
                            "unsupported_signal: an OTLP metrics export), or "
                            "unread or undecodable (too_large, malformed_request: their "
-                           "spans cannot be counted), or receive_timeout.",
+                           "spans cannot be counted), or receive_timeout, or not HTTP/1.x "
+                           "(bad_request_line, header_too_large, unsupported_http_version: "
+                           "HTTP/2, a gRPC exporter; tls_client: https:// at a plain-text "
+                           "port).",
                            ["protocol", "reason"])
         self.c_conn_closed = c("receiver_connections_closed",
                                "HTTP connections closed before an answer (limits, deadlines, "
@@ -92,7 +95,9 @@ class IngestMetrics:
         unsupported_content_type | unsupported_content_encoding (one not decoded here: br,
         zstd) | unsupported_signal (an OTLP metrics export) | too_large |
         malformed_request (an export whose spans cannot be counted: each counts here, or a
-        sender whose every export is refused shows nowhere)."""
+        sender whose every export is refused shows nowhere); refused by the HTTP server
+        before a handler (``httpserver.REFUSE_REASONS``): bad_request_line |
+        header_too_large | unsupported_http_version | tls_client."""
         self.c_refused.labels(protocol, reason).inc()
 
     def connection_closed(self, listener: str, reason: str) -> None:
