@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import re
 import types
@@ -222,23 +223,35 @@ def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
         return {str(k): _convert(vt, v, f"{path}.{k}", errors) for k, v in value.items()}
     if tp is Any:
         return value
-    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+    if tp is float and isinstance(value, int | float | str) and not isinstance(value, bool):
+        return _float(value, path, errors)
     if tp in (int, str, bool) and type(value) is tp:
         return value
     if tp is int and isinstance(value, str) and _INT.fullmatch(value.strip()):
         return int(value)  # env-substituted numbers arrive as strings
-    if tp is float and isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
     if tp is bool and isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
     if tp is str and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     errors.append(f"{path}: expected {getattr(tp, '__name__', tp)}, got {value!r:.80}")
     return value
+
+
+def _float(value: int | float | str, path: str, errors: list[str]) -> Any:
+    """A float setting's number (env-substituted ones, and YAML 1.1's ``1e400``, arrive as
+    text). One that is not finite is refused here, for every float setting at once: ``inf``,
+    ``nan``, and numbers past a float's range (``1e400``, 400 digits), which its bounds
+    (``>= 0``) let through as infinity, or an int's ``float`` raised out of the loader."""
+    try:
+        number = float(value)
+    except OverflowError:  # an int past a float's range
+        number = math.inf
+    except ValueError:
+        errors.append(f"{path}: expected float, got {value!r:.80}")
+        return value
+    if not math.isfinite(number):
+        errors.append(f"{path}: must be a finite number, got {value!r:.80}")
+    return number  # not finite: its section's own checks skip it (``build``: told once)
 
 
 def build(cls: type[T], data: Any, path: str = "", errors: list[str] | None = None) -> T:
@@ -265,8 +278,11 @@ def build(cls: type[T], data: Any, path: str = "", errors: list[str] | None = No
     if not errs or not top:
         try:
             obj = cls(**kwargs)
-        except FieldErrors as e:  # __post_init__ validation, field by field
-            errs += [f"{path + '.' if path else ''}{k}: {v}" for k, v in e.problems.items()]
+        except FieldErrors as e:  # __post_init__ validation, field by field, each setting
+            told = {err.split(": ", 1)[0] for err in errs}  # once (its value was refused)
+            errs += [line for k, v in e.problems.items()
+                     if (line := f"{path + '.' if path else ''}{k}: {v}").split(": ", 1)[0]
+                     not in told]
         except Exception as e:  # __post_init__ validation, or its checks given a value not
             # converted (a list for a mapping, None for a section that failed its own): that
             # value is reported with its path already
