@@ -115,10 +115,18 @@ def _model(p: argparse.ArgumentParser) -> None:
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
+def _global_flags(p: argparse.ArgumentParser, default: Any) -> None:
+    """The flags every command takes, before the command or after it: on the top parser
+    with their defaults, on each command's with none (``SUPPRESS``: a flag given before the
+    command is not reset by the command's parser)."""
+    p.add_argument("--log-level", default=default, type=str.upper,
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="log level (any case; before or after the command; default: INFO)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="otel-eval", description=DESCRIPTION)
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    _global_flags(parser, "INFO")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_command(sub)
     _eval_command(sub)
@@ -129,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     _inspect_command(sub)
     _calibrate_command(sub)
     _issues_command(sub)
+    for command in sub.choices.values():
+        _global_flags(command, argparse.SUPPRESS)
     return parser
 
 

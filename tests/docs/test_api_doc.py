@@ -24,6 +24,8 @@ API = ROOT / "docs" / "api.md"
 DATA = ROOT / "tests" / "data"
 # Options every evaluating command shares (cli_args._common): the `eval` row names them.
 SHARED = {"--config", "--budget", "--references", "--judge", "--judge-api-base", "-h", "--help"}
+# Options of every command, before it or after it (cli_args._global_flags): named below the table.
+GLOBAL = {"--log-level"}
 OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
 
@@ -66,9 +68,11 @@ def test_every_command_and_its_own_options_are_in_the_command_table() -> None:
     for name, options in commands.items():
         named = set(OPTION.findall(rows[name]))
         assert named <= options, f"api.md names options `{name}` lacks: {named - options}"
-        missing = options - SHARED - named
+        missing = options - SHARED - GLOBAL - named
         assert not missing, f"api.md's `{name}` row lacks {sorted(missing)}"
         assert f"``{name}``" in DESCRIPTION, f"otel-eval --help does not name `{name}`"
+    after = _section("Command line").split("| `otel-eval config` |")[1]
+    assert all(f"`{flag}" in after for flag in GLOBAL), "a global flag missing from api.md"
 
 
 def test_every_option_an_example_passes_exists() -> None:
