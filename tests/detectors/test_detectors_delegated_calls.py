@@ -3,7 +3,9 @@ recovery, reference) see the same way whether its span is under the delegating c
 (AutoGen's agent called as a tool, the OpenAI Agents SDK's ``as_tool``) or beside it (Agno's
 team member, a smolagents managed agent): the spans are read and the rules run as in ``eval``.
 Each agent's calls stay its own sequence: the coordinator's and the sub-agent's are never
-compared with each other by the loop rules."""
+compared with each other by the loop rules, nor a sub-agent's calls in one invocation with
+those in another (each invocation is its own sequence, as a run of that agent alone would be;
+a repeated invocation is the coordinator's repeated delegating call)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 from trajectory.trajectory_factory import span, trace
 
 from otel_eval.base.model import Span
+from otel_eval.base.results import Finding
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors, reference
 from otel_eval.evaluate.detectors.calls import Context, RefCall, Reference
@@ -39,16 +42,15 @@ def _tool(name: str, parent: str, start: int, end: int, tool: str, arguments: ob
 
 
 def _run(shape: str, member_calls: list[tuple[str, object, str, bool]],
-         delegations: int = 1) -> list[Span]:
-    """A coordinator (``team``) that delegates ``delegations`` times through its tool
-    ``weather_agent`` with the same task; each time the member makes ``member_calls``
-    (tool, arguments, result, failed), its span under the call's or beside it."""
+         delegations: int = 1, via: str = "weather_agent") -> list[Span]:
+    """A coordinator (``team``) that delegates ``delegations`` times through its tool ``via``
+    with the same task; each time the member makes ``member_calls`` (tool, arguments,
+    result, failed), its span under the call's or beside it."""
     spans = [_agent("team", None, 0, 10_000)]
     for d in range(delegations):
         at = 100 + d * 1000
         call = f"delegate{d}"
-        spans.append(_tool(call, "team", at, at + 900, "weather_agent", {"task": "weather"},
-                           "sunny"))
+        spans.append(_tool(call, "team", at, at + 900, via, {"task": "weather"}, "sunny"))
         member = f"member{d}"
         spans.append(_member(member, call if shape == SHAPES[0] else "team", at + 1, at + 899))
         for k, (tool, arguments, result, failed) in enumerate(member_calls):
@@ -66,9 +68,13 @@ def _member(name: str, parent: str, start: int, end: int) -> Span:
 
 def _findings(spans: list[Span]) -> list[str]:
     """The loop and recovery findings of the run of ``spans``."""
+    return sorted(f"{f.detector}/{f.kind}" for f in _found(spans))
+
+
+def _found(spans: list[Span]) -> list[Finding]:
     t = build_trajectory(trace(*spans), TrajectoryConfig())
     found, _ = Detectors(DetectorsConfig()).evaluate(t, None)
-    return sorted(f"{f.detector}/{f.kind}" for f in found if f.detector in ("loop", "recovery"))
+    return [f for f in found if f.detector in ("loop", "recovery")]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -103,4 +109,40 @@ def test_a_reference_compares_the_members_calls_in_both_shapes(shape: str) -> No
                            RefCall("get_weather", PARIS)), match="exact")
     (f,) = reference.detect(t, DetectorsConfig(), Context(reference=ref))
     assert f.kind == "match", f.message
+
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_sub_agent_invoked_twice_is_two_sequences(shape: str) -> None:
+    """The coordinator delegates the same task twice, the member looks the weather up once
+    each time: the repeat is the coordinator's (its delegating call made twice), not the
+    member's, whose calls are compared within each of its invocations."""
+    calls = [("get_weather", PARIS, "sunny", False)]
+    (f,) = _found(_run(shape, calls, delegations=2))
+    assert (f.kind, f.attributes["tool"]) == ("repeated_call", "weather_agent")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_sub_agent_repeating_within_each_invocation_is_a_loop_of_each(shape: str) -> None:
+    calls = [("get_weather", PARIS, "sunny", False)] * 2
+    found = _found(_run(shape, calls, delegations=2))
+    assert sorted((f.kind, str(f.attributes["tool"]), len(f.step_indexes)) for f in found) == [
+        ("repeated_call", "get_weather", 2), ("repeated_call", "get_weather", 2),
+        ("repeated_call", "weather_agent", 2)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_sub_agent_reworded_across_invocations_is_no_circle(shape: str) -> None:
+    """The member reads a missing file once per invocation, spelled three ways, through a
+    delegating call read-only by name (``search_agent``): three invocations, each a single
+    look, are no circle of the member's."""
+    missing = "<returncode>1</returncode>\n<output>\ncat: {p}: No such file or directory\n"
+    spans = _run(shape, [("bash", {"command": "cat src/pkg/parser.py"},
+                          missing.format(p="src/pkg/parser.py"), False)],
+                 delegations=3, via="search_agent")
+    for k, path in ((1, "src/parser.py"), (2, "pkg/parser.py")):
+        inner = next(s for s in spans if s.name == f"member{k}-0")
+        inner.attributes["gen_ai.tool.call.arguments"] = json.dumps({"command": f"cat {path}"})
+        inner.attributes["gen_ai.tool.call.result"] = missing.format(p=path)
+    assert _findings(spans) == ["loop/repeated_call"]
 

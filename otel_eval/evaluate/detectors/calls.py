@@ -93,6 +93,9 @@ class Call:
     # (``Step.calls_unknown``: past ``MAX_OUTPUT_CALLS``, or unnamed): calls no step
     # records may have come after it, so the next call is not back to back with it
     cut_after: bool = False
+    # the run of an agent that made it (``Step.agent_scope`` and ``invocations``): the calls
+    # the rules that compare an agent's calls with its own take for one sequence
+    agent: tuple[str | None, str | None, str | None] = (None, None, None)
 
 
 def action_text(step: Step) -> str | None:
@@ -230,10 +233,36 @@ def top_level_tool_steps(trajectory: Trajectory) -> list[Step]:
     return trajectory.top_level_tool_steps()
 
 
+def invocations(trajectory: Trajectory) -> dict[str, str | None]:
+    """Span id -> the invocation of a sub-agent its step is part of: the span id of an agent
+    step a tool call of the agent above it ran (its span under the call's, at any depth
+    below that agent's, or beside it: ``Step.delegated``); None for the steps of no such
+    invocation (the run's own agents). A sub-agent delegated to twice made two runs, each
+    compared with itself as a run of that agent alone would be; the repeat is its caller's
+    (the delegating call made again). Tree order (a parent before its children); a parent
+    that is no step, or comes later (a cycle), starts no invocation. One Python call per
+    run, plain loops (tests/cost)."""
+    run: dict[str, str | None] = {}
+    called: dict[str, bool] = {}  # span id -> a tool step at or above it, below its agent
+    for s in trajectory.steps:
+        if s.span_id in run:
+            continue  # rebuilt steps and calls from code share a span: the span's step decides
+        parent = s.parent_span_id or ""
+        if s.kind == "agent":
+            run[s.span_id] = (s.span_id if s.delegated or called.get(parent, False)
+                              else run.get(parent))
+            called[s.span_id] = False
+        else:
+            run[s.span_id] = run.get(parent)
+            called[s.span_id] = s.kind == "tool" or called.get(parent, False)
+    return run
+
+
 def calls(trajectory: Trajectory, loop: LoopConfig, tool_cfg: ToolCallConfig) -> list[Call]:
     """The calls of a trajectory (every agent's, a sub-agent's too), in order, each with its
-    canonical key."""
+    canonical key and the agent run that made it (``Call.agent``)."""
     out = []
+    runs = invocations(trajectory)
     for s in top_level_tool_steps(trajectory):
         name = s.tool_name or s.name
         text = action_text(s) if is_action_tool(name, loop) else None
@@ -251,7 +280,8 @@ def calls(trajectory: Trajectory, loop: LoopConfig, tool_cfg: ToolCallConfig) ->
             key = f"{name}\x00{arguments_key(args)}"
         failed = result_failed(s, text is not None, tool_cfg) is not None
         out.append(Call(s, key, text is not None, failed, _is_read_only(name, text, loop),
-                        _last_of_cut_output(trajectory, s)))
+                        _last_of_cut_output(trajectory, s),
+                        (s.node, s.within_unknown, runs.get(s.span_id))))
     return out
 
 

@@ -4,7 +4,8 @@ tree with slightly different code, a shell agent grepping for a name that is not
 three spellings).
 
 Two action steps (code or shell: ``loop.action_tools``; a tool's reworded arguments are rule
-(f)) of the same agent (``Step.agent_scope``) are *linked* when
+(f)) of the same agent run (``Call.agent``: a sub-agent's steps within one invocation of it)
+are *linked* when
 
 - their actions differ only in form: not identical (identical actions are rules (a)-(c)),
   but their normalised texts (code or command, lowercased, whitespace collapsed) have a
@@ -137,8 +138,8 @@ def circling(cs: Sequence[Call], cfg: LoopConfig, covered: set[int]) -> list[Fin
     """(g) Groups of ``circling_min_steps``+ linked steps (see the module docstring);
     ``covered``: step indexes other loop rules flagged."""
     info: dict[int, _Step] = {}
-    # agent (``Step.agent_scope``) -> its last ``circling_window`` steps
-    recent: dict[tuple[str | None, str | None], list[int]] = {}
+    # agent run (``Call.agent``: a sub-agent's invocation) -> its last ``circling_window`` steps
+    recent: dict[tuple[str | None, str | None, str | None], list[int]] = {}
     parent = list(range(len(cs)))
     linked: set[int] = set()
     writes, cuts = [0], [0]  # among the first k calls: state-changing ones, cut outputs' ends
@@ -151,7 +152,7 @@ def circling(cs: Sequence[Call], cfg: LoopConfig, covered: set[int]) -> list[Fin
         if not call.read_only and not _python(call):
             continue  # a command that writes or runs something changes state: progress
         info[i] = here = _Step(call)
-        earlier = recent.setdefault((call.step.node, call.step.within_unknown), [])
+        earlier = recent.setdefault(call.agent, [])
         for j in reversed(earlier):
             if writes[i] != writes[j + 1] or cuts[i] != cuts[j]:
                 continue  # a tool changed state between: the question may rightly be asked

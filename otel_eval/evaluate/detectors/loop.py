@@ -19,8 +19,10 @@ action text; (f) reworded repeats, near-duplicate calls of one tool that brought
 observations add nothing new (``detectors.circling``).
 Rules (a)-(c) see a code step through the calls of known tools its block made
 (``calls.through_code``): the same call in two consecutive blocks is a repeated call.
-Rules (a)-(c), (f) and (g) compare the calls of one agent (``Step.agent_scope``) with each other:
-in a multi-agent run, the same call made by two agents is not an agent repeating itself.
+Rules (a)-(c), (f) and (g) compare the calls of one agent run (``Call.agent``) with each other:
+in a multi-agent run, the same call made by two agents is not an agent repeating itself, nor
+the same call made by a sub-agent in two of its invocations (each is a run of that agent; a
+repeated invocation is its caller's repeated call).
 LLM -> tool -> LLM alternation is never a loop (only calls are compared), and a repeat after
 a state-changing call (re-running the tests after an edit) is not (b).
 """
@@ -443,13 +445,14 @@ def _explained(finding: Finding, steps: int, llm_at: list[int], tools_at: list[i
 
 
 def by_agent(cs: list[Call]) -> list[list[Call]]:
-    """The calls of each agent (``Step.agent_scope``), in order: rules (a)-(c) and (f) compare
+    """The calls of each agent run (``Call.agent``), in order: rules (a)-(c) and (f) compare
     an agent's calls with its own (a coordinator's call and the same call by the agent it
-    handed the work to are not one agent repeating itself); one list when one agent ran."""
-    groups: dict[tuple[str | None, str | None], list[Call]] = {}
+    handed the work to are not one agent repeating itself), a sub-agent's within each of
+    its invocations (the same lookup once per invocation is no repeat; invoking it again is
+    the coordinator's repeated call); one list when one agent ran."""
+    groups: dict[tuple[str | None, str | None, str | None], list[Call]] = {}
     for c in cs:
-        step = c.step  # ``Step.agent_scope``, inlined: read for every call of every run
-        groups.setdefault((step.node, step.within_unknown), []).append(c)
+        groups.setdefault(c.agent, []).append(c)
     return list(groups.values())
 
 
