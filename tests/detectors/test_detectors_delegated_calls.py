@@ -5,7 +5,8 @@ team member, a smolagents managed agent): the spans are read and the rules run a
 Each agent's calls stay its own sequence: the coordinator's and the sub-agent's are never
 compared with each other by the loop rules, nor a sub-agent's calls in one invocation with
 those in another (each invocation is its own sequence, as a run of that agent alone would be;
-a repeated invocation is the coordinator's repeated delegating call)."""
+a repeated invocation is the coordinator's repeated delegating call), and a failure is
+recovered from only within the agent run where it happened."""
 
 from __future__ import annotations
 
@@ -146,3 +147,28 @@ def test_a_sub_agent_reworded_across_invocations_is_no_circle(shape: str) -> Non
         inner.attributes["gen_ai.tool.call.result"] = missing.format(p=path)
     assert _findings(spans) == ["loop/repeated_call"]
 
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_sub_agent_failure_is_recovered_only_within_its_invocation(shape: str) -> None:
+    """The member's only call fails in each invocation: neither is recovered from by the
+    coordinator's next delegating call (another agent's call), nor by the member's call in
+    the next invocation (another run of it): each invocation gave up."""
+    calls = [("get_weather", PARIS, "", True)]
+    found = _found(_run(shape, calls, delegations=2))
+    assert sorted(f"{f.detector}/{f.kind}" for f in found) == [
+        "loop/repeated_call", "recovery/gave_up", "recovery/gave_up"]
+    assert [f.attributes["retries"] for f in found if f.detector == "recovery"] == [0, 0]
+
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_coordinator_failure_is_not_recovered_by_its_member(shape: str) -> None:
+    """The reverse: the delegating call fails (it timed out) after the member's lookup
+    succeeded, and the coordinator makes no other call: the member's success is another
+    agent's call, no recovery of the coordinator's."""
+    spans = _run(shape, [("get_weather", PARIS, "sunny", False)])
+    call = next(s for s in spans if s.name == "delegate0")
+    call.status, call.status_message = "error", "timed out"
+    (f,) = _found(spans)
+    assert (f.kind, f.attributes["tool"]) == ("gave_up", "weather_agent")

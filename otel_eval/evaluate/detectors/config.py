@@ -307,7 +307,8 @@ class ReferenceConfig:
 class RecoveryConfig:
     # The same failing call issued again (and never recovered from).
     repeated_severity: Severity = "error"
-    # A tool error never followed by a successful call, outcome not known to be success.
+    # A tool error never followed by a successful call (a sub-agent's by one of the same
+    # invocation of it), outcome not known to be success.
     gave_up_severity: Severity = "error"
     # A tool error never recovered from, but the outcome is success.
     unrecovered_severity: Severity = "warning"

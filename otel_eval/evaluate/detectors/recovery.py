@@ -1,10 +1,12 @@
 """Recovery detector (stage: evaluate): what the agent did after a tool call failed.
 
-For each failed call (span error or an error payload): ``recovered`` when a later call
-succeeds (a different call, or the same one on retry); ``repeated_failing_call`` when the
-same call was issued again, failed again and nothing succeeded after; ``gave_up`` when
-nothing succeeded after it and the outcome is not known to be a success (with a known
-success the error is ``unrecovered``: a lucky pass, see lucky_pass).
+For each failed call (span error or an error payload), among the calls of the agent run
+that made it (of a sub-agent a tool call ran: that invocation's; ``_runs``): ``recovered``
+when a later call succeeds (a different call, or the same one on retry);
+``repeated_failing_call`` when the same call was issued again, failed again and nothing
+succeeded after; ``gave_up`` when nothing succeeded after it and the outcome is not known
+to be a success (with a known success the error is ``unrecovered``: a lucky pass, see
+lucky_pass).
 
 "Nothing succeeded after" is a conclusion from absence: a later step whose kind is unknown (a
 marker value no convention defines, ``Step.kind_unknown``) may have been the call that
@@ -149,27 +151,50 @@ def _unseen_call(trajectory: Trajectory) -> int:
 
 
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
-    """One pass each way: n log n in the calls, whatever fails (each call is a retry of at
-    most one failure)."""
+    """Each agent run's calls apart (``_runs``), the findings in the order of their failures:
+    n log n in the calls, whatever fails (each call is a retry of at most one failure)."""
     cs = calls_for(trajectory, config, context)
-    ok_after, nxt, failures = [0] * len(cs), len(cs), False
+    if not any(c.failed for c in cs):
+        return []
+    unknown_after = _unknown_after(trajectory)
+    out: list[Finding] = []
+    for own in _runs(cs):
+        out += _in_run(trajectory, own, context.outcome, config, unknown_after)
+    out.sort(key=lambda f: f.step_indexes[0])  # the failed call's: the run's order
+    return out
+
+
+def _runs(cs: list[Call]) -> list[list[Call]]:
+    """The calls of each agent run, in order: those of each invocation of a sub-agent a tool
+    call ran (``Call.agent``), and the run's own agents' together. A failure is recovered
+    from by a later call of the run where it happened, never by another's: not a
+    coordinator's next call after its sub-agent gave up, a sub-agent's after its delegating
+    call failed, nor the call of another invocation. The run's own agents are not split by
+    name: a call whose parent span was dropped (a collector's filter) has no agent name,
+    though its agent's retry after it has one."""
+    groups: dict[str | None, list[Call]] = {}
+    for c in cs:
+        groups.setdefault(c.agent[2], []).append(c)
+    return list(groups.values())
+
+
+def _in_run(trajectory: Trajectory, cs: list[Call], outcome: str | None,
+            config: DetectorsConfig, unknown_after: int) -> list[Finding]:
+    """The findings of the failures among ``cs``, the calls of one agent run: one pass each
+    way."""
+    ok_after, nxt = [0] * len(cs), len(cs)
     for i in range(len(cs) - 1, -1, -1):
         ok_after[i] = nxt
         if not cs[i].failed:
             nxt = i
-        else:
-            failures = True
-    if not failures:
-        return []
     by_key: dict[str, list[int]] = {}
     for i, c in enumerate(cs):
         by_key.setdefault(c.key, []).append(i)
-    unknown_after = _unknown_after(trajectory)
     out, accounted = [], set()
     for i, c in enumerate(cs):
         if c.failed and i not in accounted:
             finding, retries = _one(trajectory, cs, i, ok_after[i], by_key[c.key],
-                                    context.outcome, config, unknown_after)
+                                    outcome, config, unknown_after)
             accounted |= retries
             if finding is not None:
                 out.append(finding)
