@@ -6,6 +6,7 @@ Not thread-safe: each user calls it from one thread (its event loop)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -33,3 +34,12 @@ class LogLimiter:
     def since(left_out: int, what: str) -> str:
         """The suffix of a line after ``left_out`` events were left out ("" after none)."""
         return f" ({left_out} more {what} not logged since the last)" if left_out else ""
+
+
+def failed_line(limiter: LogLimiter, logger: logging.Logger, what: str, *args: object) -> None:
+    """A per-trace failure's warning ``what % args``, unless ``limiter`` leaves it out; the
+    traceback only at DEBUG (not a thousand frames per trace)."""
+    left_out = limiter.allow()
+    if left_out is not None:
+        logger.warning(what + "%s", *args, LogLimiter.since(left_out, "evaluation failures"),
+                       exc_info=logger.isEnabledFor(logging.DEBUG))

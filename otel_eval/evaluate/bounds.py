@@ -34,6 +34,7 @@ import logging
 from typing import Any
 
 from otel_eval.base.jsontext import finite, json_text
+from otel_eval.base.loglimit import LogLimiter, failed_line
 from otel_eval.base.results import Evaluation, Finding
 from otel_eval.base.steps import Step
 from otel_eval.evaluate.config import TrajectoryConfig
@@ -204,15 +205,18 @@ def _fit(body: dict[str, Any], limit: int, cut: dict[str, int],
         cut["steps_dropped"] = len(steps) - len(kept)
 
 
-def bound(evaluation: Evaluation, config: TrajectoryConfig) -> None:
+def bound(evaluation: Evaluation, config: TrajectoryConfig,
+          failure_log: LogLimiter | None = None) -> None:
     """Cuts what ``evaluation`` stores to ``config``'s bounds, in place (see the module
     docstring); adds the ``result_truncated`` finding when anything was cut. Its own
-    boundary: when cutting raises, every step's content is cut and the findings stay."""
+    boundary: when cutting raises, every step's content is cut and the findings stay.
+    ``failure_log``: the limit of its per-trace line then (None: a line each)."""
     try:
         _bound(evaluation, config)
     except Exception as e:
-        log.warning("bounding the result of trace %s failed: %s", evaluation.trace_id,
-                    type(e).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
+        failed_line(failure_log or LogLimiter(0.0), log,
+                    "bounding the result of trace %s failed: %s", evaluation.trace_id,
+                    type(e).__name__)
         _cut_all(evaluation, config, type(e).__name__)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from otel_eval.base.configcheck import ConfigError
+from otel_eval.base.loglimit import LogLimiter, failed_line
 from otel_eval.base.model import Trace
 from otel_eval.base.results import Evaluation, Finding
 from otel_eval.base.steps import Trajectory
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
     from otel_eval.evaluate.predict import Model, Predictor
 
 log = logging.getLogger(__name__)
+# A trace shape that breaks evaluation (a detector, the trajectory, the predictor) breaks it
+# for every trace of that shape: one line per this many seconds, the rest counted in it.
+FAILURE_LOG_INTERVAL_S = 10.0
 _SUCCESS = {"success", "succeeded", "pass", "passed", "true", "1", "1.0", "ok", "resolved"}
 _FAILURE = {"failure", "failed", "fail", "false", "0", "0.0", "error", "unresolved"}
 
@@ -113,13 +117,17 @@ def _unseen_findings(body: dict[str, Any]) -> list[Finding]:
 class Evaluator:
     def __init__(self, config: EvaluatorSettings, *, references_path: str | None = None,
                  wall_clock: Callable[[], float] = time.time,
-                 model: Model | None = None, references: ReferenceSet | None = None) -> None:
+                 model: Model | None = None, references: ReferenceSet | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """``references`` (the set the serving process loaded, handed to its workers) wins
-        over ``references_path``, which wins over ``detectors.references_path``."""
+        over ``references_path``, which wins over ``detectors.references_path``.
+        ``failure_log`` limits the per-trace lines of failures (``clock``: its time);
+        evaluating is single-threaded (the engine's thread, or a worker process)."""
         self.config = config
         refs = references if references is not None else (
             load_references(references_path) if references_path else None)  # else config's
-        self.detectors = Detectors(config.detectors, refs)
+        self.failure_log = LogLimiter(FAILURE_LOG_INTERVAL_S, clock)
+        self.detectors = Detectors(config.detectors, refs, self.failure_log)
         self._wall_clock = wall_clock
         self.predictor = _predictor(config, model)
 
@@ -141,16 +149,16 @@ class Evaluator:
         try:
             traj = self.trajectory(trace)
         except Exception as e:  # the boundary of building (adapters have their own)
-            log.warning("building the trajectory of trace %s failed: %s", trace.trace_id,
-                        type(e).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
+            self.failed_line("building the trajectory of trace %s failed: %s",
+                             trace.trace_id, type(e).__name__)
             traj = bare_trajectory(trace)
             traj.errors.append({"part": "trajectory", "error": type(e).__name__})
         if history is not None:
             try:
                 infer_agent(traj, history)
             except Exception as e:  # the store's failure: the agent stays unknown
-                log.warning("reading the agent history for trace %s failed: %s",
-                            trace.trace_id, type(e).__name__)
+                self.failed_line("reading the agent history for trace %s failed: %s",
+                                 trace.trace_id, type(e).__name__)
         if outcome is None:
             outcome = normalize_outcome(traj.root_attributes.get(
                 self.config.trajectory.outcome_attribute))
@@ -160,8 +168,12 @@ class Evaluator:
         if self.predictor is not None:
             evaluation.prediction = self._predict(evaluation)
         if bounded:
-            bound(evaluation, self.config.trajectory)
+            bound(evaluation, self.config.trajectory, self.failure_log)
         return evaluation
+
+    def failed_line(self, what: str, *args: object) -> None:
+        """Log a per-trace failure ``what % args``, unless ``failure_log`` leaves it out."""
+        failed_line(self.failure_log, log, what, *args)
 
     def _predict(self, evaluation: Evaluation) -> Any:
         """The predictor's boundary: when it raises, the trace has no prediction and keeps
@@ -170,8 +182,8 @@ class Evaluator:
         try:
             return self.predictor.predict(evaluation)
         except Exception as e:
-            log.warning("predicting the outcome of trace %s failed: %s", evaluation.trace_id,
-                        type(e).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
+            self.failed_line("predicting the outcome of trace %s failed: %s",
+                             evaluation.trace_id, type(e).__name__)
             return None
 
     def with_outcome(self, body: dict[str, Any], outcome: str) -> dict[str, Any]:

@@ -44,6 +44,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from otel_eval.base.loglimit import failed_line
 from otel_eval.base.model import Trace, content_digest, content_ids
 from otel_eval.base.results import Evaluation
 from otel_eval.base.text import valid_text
@@ -274,8 +275,8 @@ def _evaluate(evaluator: Evaluator, trace: Trace, outcome: str | None,
     try:
         ev, failure = evaluator.evaluate(trace, outcome, history), None
     except Exception as e:  # stage boundary: the trace is still stored, with the error
-        log.warning("evaluation of trace %s failed: %s", trace.trace_id, _one_line(e),
-                    exc_info=log.isEnabledFor(logging.DEBUG))  # not a thousand frames
+        failed_line(evaluator.failure_log, log, "evaluation of trace %s failed: %s",
+                    trace.trace_id, _one_line(e))
         ev, failure = evaluator.failed(trace, e), type(e).__name__
     if ev is not None:
         _made_from(ev, trace)

@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from otel_eval.base.loglimit import LogLimiter, failed_line
 from otel_eval.base.results import Finding, Verdict
 from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.detectors import (
@@ -94,8 +95,12 @@ def _sort_key(f: Finding) -> tuple[int, int, str, str]:
 class Detectors:
     """All enabled detectors with their config and references."""
 
-    def __init__(self, config: DetectorsConfig, references: ReferenceSet | None = None) -> None:
+    def __init__(self, config: DetectorsConfig, references: ReferenceSet | None = None,
+                 failure_log: LogLimiter | None = None) -> None:
+        """``failure_log``: the limit of the per-trace lines of a detector failing (the
+        evaluator's, shared with its other failures; None: a line each)."""
         self.config = config
+        self.failure_log = failure_log if failure_log is not None else LogLimiter(0.0)
         self.references = references if references is not None else (
             load_references(config.references_path) if config.references_path else ReferenceSet())
         # per agent name: resolved budgets and enabled set (the config is frozen)
@@ -144,9 +149,8 @@ class Detectors:
                 try:
                     findings += detect(trajectory, self.config, context)
                 except Exception as e:  # the boundary: one detector must not hide the others
-                    log.warning("detector %s failed on trace %s: %s", name,
-                                trajectory.trace_id, type(e).__name__,
-                                exc_info=log.isEnabledFor(logging.DEBUG))
+                    failed_line(self.failure_log, log, "detector %s failed on trace %s: %s",
+                                name, trajectory.trace_id, type(e).__name__)
                     findings.append(evaluation_error(name, e))
         findings.sort(key=_sort_key)
         verdict = verdict_of(findings, outcome)
