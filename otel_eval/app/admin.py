@@ -60,6 +60,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,7 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin_access import AdminAuth, basic_as_bearer, browser_guard
 from otel_eval.base.configcheck import FieldErrors, ascii_int, parse_endpoint, validate
+from otel_eval.base.loglimit import LogLimiter
 from otel_eval.base.model import is_trace_id
 from otel_eval.base.printable import quoted
 from otel_eval.decode.body import BodyError, loads_bounded
@@ -190,6 +192,8 @@ MAX_FEEDBACK_BYTES = 1 << 20
 MAX_QUERY_BYTES = 8 * 1024
 # Retry-After of a read the store could not answer (503), seconds
 STORE_RETRY_AFTER_S = 5
+# A store that is down fails every read: one line per this many seconds, the rest counted.
+STORE_READ_LOG_INTERVAL_S = 10.0
 
 
 @dataclass
@@ -254,17 +258,22 @@ def _bad(parameter: str, message: str) -> Response:
     return _error(400, f"{parameter}: {message}", parameter=parameter)
 
 
-def _store_read(respond: Callable[[Request], Response], req: Request) -> Response:
+def _store_read(respond: Callable[[Request], Response], req: Request,
+                failure_log: LogLimiter) -> Response:
     """``respond(req)``, or 503 with the reason when the store cannot answer (down, out of
     connections, a lock held past ``store.lock_timeout_s``): the store's state, not a bug of
-    ours, so no 500 and no traceback."""
+    ours, so no 500 and no traceback; its line limited by ``failure_log`` (a store down
+    fails every request)."""
     try:
         return respond(req)
     except Exception as e:
         reason = write_failure(e)
         if reason is None:
             raise
-        log.warning("store read for %s failed (%s: %s)", req.path, reason, type(e).__name__)
+        left_out = failure_log.allow()
+        if left_out is not None:
+            log.warning("store read for %s failed (%s: %s)%s", req.path, reason,
+                        type(e).__name__, LogLimiter.since(left_out, "failed store reads"))
         return _json(503, {"error": f"the store is unavailable ({reason}); retry later",
                            "reason": reason}, {"Retry-After": str(STORE_RETRY_AFTER_S)})
 
@@ -481,15 +490,18 @@ def _auth(config: AdminConfig) -> AdminAuth:
 
 
 def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
-                 allowed_hosts: Iterable[str] = (), loopback: bool = False) -> Handler:
+                 allowed_hosts: Iterable[str] = (), loopback: bool = False,
+                 clock: Callable[[], float] = time.monotonic) -> Handler:
     """Every request passes the browser checks (``browser_guard``), a method no route serves
     is a 405 with ``Allow`` (before any token is asked for: no token makes it served), and
     it is authorized (the web view may send its token as Basic), its query bounded (414
     past ``MAX_QUERY_BYTES``), then routed (``routes``); a store that cannot answer is a 503
     (``_store_read``). Without tokens, only localhost, addresses and ``allowed_hosts`` are
     served as Host, whatever the listener's address; with tokens, on a ``loopback``
-    listener, so are the public paths (served without a token: a rebound page has none)."""
+    listener, so are the public paths (served without a token: a rebound page has none).
+    ``clock``: the time of the limit on the store's failure lines."""
     access = auth or _auth(AdminConfig())
+    failure_log = LogLimiter(STORE_READ_LOG_INTERVAL_S, clock)  # called from every connection
     router = routes(api, access.writes)
     served_hosts = frozenset(h.lower() for h in allowed_hosts)
 
@@ -525,7 +537,7 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
             return _json(503, {"error": "starting or stopping: the store is not open (a "
                                "migration may take a while); retry later"},
                          {"Retry-After": str(STORE_RETRY_AFTER_S)}, close=write)
-        return _store_read(router, req)
+        return _store_read(router, req, failure_log)
 
     return handle
 

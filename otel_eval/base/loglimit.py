@@ -2,11 +2,12 @@
 topic of records that are not OTLP) would otherwise write to stderr once per record. The
 events are counted by their metric either way; the log says one, then, at the next line it
 lets through, how many it left out meanwhile. Time is injected (``clock``).
-Not thread-safe: each user calls it from one thread (its event loop)."""
+Thread-safe: the admin endpoint calls one from each connection's thread."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -18,17 +19,19 @@ class LogLimiter:
         self._clock = clock
         self._next = -float("inf")  # when the next line may be written
         self._left_out = 0  # events not logged since the last line
+        self._lock = threading.Lock()  # uncontended but for the admin endpoint's threads
 
     def allow(self) -> int | None:
         """None: leave this event out of the log. Else log it, with the number returned:
         the events left out since the last line (0: none)."""
-        now = self._clock()
-        if now < self._next:
-            self._left_out += 1
-            return None
-        left_out, self._left_out = self._left_out, 0
-        self._next = now + self._interval_s
-        return left_out
+        with self._lock:
+            now = self._clock()
+            if now < self._next:
+                self._left_out += 1
+                return None
+            left_out, self._left_out = self._left_out, 0
+            self._next = now + self._interval_s
+            return left_out
 
     @staticmethod
     def since(left_out: int, what: str) -> str:
