@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from otel_eval.base.model import is_trace_id as is_lower_trace_id
-from otel_eval.base.printable import printable
+from otel_eval.base.printable import escaped_cut, printable
 from otel_eval.outputs.ui.run import contents, outcome_note
 from otel_eval.outputs.ui.text import (
     Redact,
@@ -89,7 +89,7 @@ def from_run(evaluations: Iterable[Evaluation], where: str,
 
 def _short(value: Any, limit: int = _TEXT_CHARS) -> str:
     flat = " ".join(printable(as_text(value, limit)).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return flat if len(flat) <= limit else escaped_cut(flat, limit - 1) + "…"
 
 
 def _said(value: Any, redact: Redact, limit: int = _TEXT_CHARS) -> str:

@@ -113,6 +113,19 @@ def printable_cut(text: str, chars: int) -> str:
     return "".join(kept)
 
 
+def escaped_cut(shown: str, chars: int) -> str:
+    """``shown`` (text ``printable`` escaped, then reworked: spaces folded) cut to at most
+    ``chars`` characters, never inside an escape: one the cut would split is left out whole
+    (``printable_cut`` is the same for text not escaped yet)."""
+    if len(shown) <= chars:
+        return shown
+    # an escape is at most 6 characters (\u202e): only one starting in the last 5 can cross
+    for m in _ESCAPED.finditer(shown, max(0, chars - 5), chars + 5):
+        if m.start() < chars < m.end():
+            return shown[:m.start()]
+    return shown[:chars]
+
+
 class EscapingFormatter(logging.Formatter):
     """A ``logging.Formatter`` whose records cannot carry control characters."""
 
