@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from otel_eval.base.printable import printable
+from otel_eval.base.printable import escaped_cut, printable
 from otel_eval.base.steps import Step, Trajectory
 
 __all__ = ["render_text", "report"]
@@ -43,7 +43,7 @@ def _value(step: Step, name: str) -> Any:
 def _short(value: Any) -> str:
     text = value if isinstance(value, str) else repr(value)
     text = printable(text)
-    return text if len(text) <= _VALUE_CHARS else text[:_VALUE_CHARS] + "..."
+    return text if len(text) <= _VALUE_CHARS else escaped_cut(text, _VALUE_CHARS) + "..."
 
 
 def _step(step: Step) -> dict[str, Any]:
