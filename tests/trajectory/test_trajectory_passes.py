@@ -15,6 +15,7 @@ def test_every_pass_is_named_once_with_a_one_line_precondition() -> None:
 
 def test_the_order_joins_before_it_settles_and_rebuilds_before_it_prices() -> None:
     at = {p.name: i for i, p in enumerate(PASSES)}
+    assert at["order_parallel_calls"] < at["merge_nested_calls"] < at["join_calls"]
     assert at["take_off_envelopes"] < at["join_calls"] < at["settle_arguments"]
     assert at["settle_results"] < at["look_up_results"] < at["rebuild_tool_calls"]
     assert at["rebuild_tool_calls"] < at["rebuild_code_actions"] < at["settle_values"]

@@ -21,6 +21,7 @@ from otel_eval.evaluate.trajectory.code_actions import last_message_text, rebuil
 from otel_eval.evaluate.trajectory.delegations import mark_delegations
 from otel_eval.evaluate.trajectory.envelopes import take_off_result, take_off_results
 from otel_eval.evaluate.trajectory.links import coerce_arguments, join_calls, merge_nested_calls
+from otel_eval.evaluate.trajectory.parallel_calls import order_parallel_calls
 from otel_eval.evaluate.trajectory.prices import price_steps
 from otel_eval.evaluate.trajectory.responses import ToolResponses
 from otel_eval.evaluate.trajectory.shapes import settle_values, unrecognised
@@ -211,8 +212,11 @@ def _readable(draft: Draft) -> None:
 
 
 PASSES = (
+    Pass("order_parallel_calls", order_parallel_calls,
+         "one step per span, in tree order, nothing rebuilt yet; call ids read"),
     Pass("merge_nested_calls", _merge_nested_calls,
-         "one step per span, in tree order, nothing rebuilt yet"),
+         "one step per span, in tree order (calls of one reply in its order), nothing "
+         "rebuilt yet"),
     Pass("take_off_envelopes", _take_off_envelopes,
          "the tools offered by every span are merged (an envelope is told by the schema)"),
     Pass("coerce_inputs", _coerce_arguments,
