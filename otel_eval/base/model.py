@@ -150,8 +150,10 @@ class Span:
         return f"Span({self.name!r}, trace={self.trace_id}, span={self.span_id})"
 
 
-def _start_then_longest(span: Span) -> tuple[int, int]:
-    return span.start_ns, -span.end_ns
+def start_then_longest(span: Span) -> tuple[int, int, str]:
+    """The order roots are chosen in: the earliest start, then the longest, then by span id
+    (never by arrival: the same spans in another order have the same root)."""
+    return span.start_ns, -span.end_ns, span.span_id
 
 
 def local_root(spans: Sequence[Span]) -> Span | None:
@@ -177,10 +179,10 @@ def local_root(spans: Sequence[Span]) -> Span | None:
     remote: Span | None = None  # the earliest entry with a remote parent
     for span in spans:  # ``is_entry`` inlined: every span of every trace comes here
         if span.parent_span_id is None:
-            if best is None or _start_then_longest(span) < _start_then_longest(best):
+            if best is None or start_then_longest(span) < start_then_longest(best):
                 best = span
         elif span.parent_remote is True and (
-                remote is None or _start_then_longest(span) < _start_then_longest(remote)):
+                remote is None or start_then_longest(span) < start_then_longest(remote)):
             remote = span
     if best is not None or not spans:
         return best
@@ -190,7 +192,7 @@ def local_root(spans: Sequence[Span]) -> Span | None:
     orphans = [s for s in spans if s.parent_span_id not in ids and s.parent_remote is None]
     if not orphans:
         return None
-    first = min(orphans, key=_start_then_longest)
+    first = min(orphans, key=start_then_longest)
     start, end = first.start_ns, first.end_ns
     if end and all(start <= s.start_ns and 0 < s.end_ns <= end for s in spans):
         return first
@@ -222,7 +224,7 @@ def run_span(spans: Sequence[Span]) -> Span | None:
     root = local_root(spans)
     if root is None and spans:
         local = [s for s in spans if s.parent_remote is not True or s.parent_span_id is None]
-        root = min(local or spans, key=_start_then_longest)
+        root = min(local or spans, key=start_then_longest)
     return root
 
 

@@ -43,6 +43,32 @@ def test_tree_order_is_depth_first_by_start_time_whatever_the_arrival_order() ->
     assert t.steps[1].parent_span_id == sid("root")
 
 
+def test_siblings_starting_together_are_ordered_by_content_never_by_arrival() -> None:
+    """JavaScript SDKs write whole milliseconds: a tool span that starts and ends in the
+    millisecond its model call starts ran before that call (it ends first); two siblings
+    with the same start and end go by span id; a sibling not ended goes after those that
+    did. Every arrival order gives that one order."""
+    spans = [span("root", None, 0, end=100), span("llm", "root", 10, end=40),
+             span("tool", "root", 10, end=10), span("x", "root", 50, end=60,
+                                                    span_id="b" * 16),
+             span("y", "root", 50, end=60, span_id="a" * 16), span("open", "root", 50, end=0),
+             span("under-x", "x", 50, end=55)]
+    for order in (spans, spans[::-1], spans[2:] + spans[:2], spans[4:] + spans[:4]):
+        t = build_trajectory(trace(*order), CFG)
+        assert names(t) == ["root", "tool", "llm", "y", "x", "under-x", "open"]
+
+
+def test_roots_starting_together_are_chosen_by_content_never_by_arrival() -> None:
+    """Two spans with no parent and the same start: the longer is the root, then the lower
+    span id, whichever came first."""
+    spans = [span("r1", None, 0, end=50, span_id="c" * 16),
+             span("r2", None, 0, end=50, span_id="d" * 16), span("r3", None, 0, end=20)]
+    for order in (spans, spans[::-1]):
+        t = build_trajectory(trace(*order), CFG)
+        assert t.root_span_id == "c" * 16
+        assert names(t) == ["r1", "r2", "r3"]
+
+
 def test_orphans_follow_the_root_tree_in_start_order_with_their_children() -> None:
     t = build_trajectory(trace(
         span("late-orphan", "missing-1", 50), span("root", None, 0),

@@ -4,10 +4,11 @@ Each span is read into a step (``StepBuilder``, with the readers of ``convention
 passes run over the steps in the one order of ``passes.PASSES``; the run's agent, input and
 output are read last. Promises:
 - every span of the trace appears exactly once as a step, with its own span id, in tree
-  order: depth first, siblings by start time; a span whose parent is missing (an orphan,
-  or a called service's entry whose client span was lost) goes under the innermost span of
-  the root tree whose time encloses it (where it ran), else follows the root tree at top
-  level in start order; spans caught in a parent cycle follow those;
+  order: depth first, siblings by start time (ties by content, never by arrival: the one
+  that ends first, then span id; ``spans.sibling_key``); a span whose parent is missing (an
+  orphan, or a called service's entry whose client span was lost) goes under the innermost
+  span of the root tree whose time encloses it (where it ran), else follows the root tree
+  at top level in start order; spans caught in a parent cycle follow those;
 - spans repeating an earlier span id are dropped (the first one received is kept);
 - each step is classified by the convention cascade in ``otel_eval.evaluate.conventions``, its
   fields read from every convention on its span (``conventions.fields``: per field, sources

@@ -6,8 +6,10 @@
 ``build.build_trajectory`` runs this, then the passes, then reads the run (agent, input,
 output). Promises (the module docstring of ``build`` gives them for the whole stage):
 - spans repeating an earlier span id are dropped (the first one received is kept);
-- tree order: depth first, siblings by start time; a span whose parent is in the trace is
-  under it, its parent remote (OTLP span flags) or not; entries (no parent, or a remote one
+- tree order: depth first, siblings by start time, then the one that ends first, then span
+  id (``sibling_key``: never arrival order, so the same spans in any order read the same);
+  a span whose parent is in the trace is under it, its parent remote (OTLP span flags) or
+  not; entries (no parent, or a remote one
   not in the trace) are the top level, those with no parent first, but for an entry of
   another service than the first entry's (a called service whose client span was lost),
   which goes where it ran as an orphan does (``_place_called``); an orphan (its parent
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable
+from operator import attrgetter
 from typing import Any
 
 from otel_eval.base.model import LogEvent, Span
@@ -76,17 +79,31 @@ def _stamped_name(span: Span, attrs: Any) -> str | None:
 
 
 def dedupe(spans: Iterable[Span]) -> list[Span]:
-    seen: set[str] = set()
-    out = []
+    """One copy of each span id (the first received), the spans in a canonical order (by
+    start, then span id): what is read of them first (a service name, a stamped agent) is
+    the same in whatever order they came."""
+    kept: dict[str, Span] = {}
     for span in spans:
-        if span.span_id not in seen:
-            seen.add(span.span_id)
-            out.append(span)
-    return out
+        kept.setdefault(span.span_id, span)
+    return sorted(kept.values(), key=_CANONICAL)
+
+
+_CANONICAL = attrgetter("start_ns", "span_id")  # C-level: no Python call a span
 
 
 def _start(span: Span) -> int:
     return span.start_ns
+
+
+_NOT_ENDED = 1 << 64  # a span not ended (end 0) ends after every one that did
+
+
+def sibling_key(span: Span) -> tuple[int, int, str]:
+    """Where a span goes among its siblings: by start, then the one that ends first (a tool
+    span that starts and ends in the millisecond its model call starts ran before that call:
+    JavaScript SDKs write whole milliseconds), then by span id; never by arrival (spans
+    exported in concurrent batches arrive in any order)."""
+    return span.start_ns, span.end_ns or _NOT_ENDED, span.span_id
 
 
 # How deep an orphan's enclosing span is looked for, and how many siblings starting before it
@@ -133,7 +150,7 @@ def _adopt(orphans: list[Span], tops: list[Span], children: dict[str, list[Span]
     for parent_id, span in adopted:
         children.setdefault(parent_id, []).append(span)
     for parent_id in {p for p, _ in adopted}:
-        children[parent_id].sort(key=_start)
+        children[parent_id].sort(key=sibling_key)
     return left
 
 
@@ -172,14 +189,15 @@ def tree_order(spans: list[Span]) -> list[tuple[Span, int]]:
         else:
             orphans.append(span)
     for group in children.values():
-        group.sort(key=_start)
+        group.sort(key=sibling_key)
     # a span with no parent before an entry from upstream (``model.local_root``): one
-    # starting first says only that its service's clock is behind
-    tops.sort(key=lambda s: (s.parent_span_id is not None, s.start_ns))
+    # starting first says only that its service's clock is behind; then as the root is
+    # chosen (the earliest, then the longest, then by span id)
+    tops.sort(key=lambda s: (s.parent_span_id is not None, s.start_ns, -s.end_ns, s.span_id))
     if len(tops) > 1:
         tops = _place_called(tops, children)
     orphans = _adopt(orphans, tops, children)
-    orphans.sort(key=_start)
+    orphans.sort(key=sibling_key)
     out: list[tuple[Span, int]] = []
     visited: set[str] = set()
 
@@ -199,7 +217,7 @@ def tree_order(spans: list[Span]) -> list[tuple[Span, int]]:
     walk(tops)
     walk(orphans)
     if len(visited) < len(spans):  # parent cycles: unreachable from any top
-        walk(sorted((s for s in spans if s.span_id not in visited), key=_start))
+        walk(sorted((s for s in spans if s.span_id not in visited), key=sibling_key))
     return out
 
 
