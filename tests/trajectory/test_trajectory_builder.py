@@ -69,6 +69,24 @@ def test_roots_starting_together_are_chosen_by_content_never_by_arrival() -> Non
         assert names(t) == ["r1", "r2", "r3"]
 
 
+def test_a_repeated_span_id_keeps_the_most_complete_copy_whatever_came_first() -> None:
+    """Two copies of one span id: the ended one, else the one with more attributes, else one
+    chosen by content alone, in either arrival order."""
+    root = span("root", None, 0, end=100)
+    ended = span("call", "root", 10, tool("ended"), end=20)
+    open_ = span("call", "root", 10, {**tool("open"), "x": 1}, end=0)
+    fuller = span("call", "root", 10, {**tool("fuller"), "x": 1}, end=20)
+    one, other = (span("call", "root", 10, tool(n), end=20) for n in ("one", "other"))
+    for first, second, kept in ((ended, open_, "ended"), (ended, fuller, "fuller")):
+        for order in ((root, first, second), (root, second, first)):
+            t = build_trajectory(trace(*order), CFG)
+            assert [s.tool_name for s in t.tool_steps] == [kept]
+            assert t.span_count == 2
+    chosen = {build_trajectory(trace(root, a, b), CFG).tool_steps[0].tool_name
+              for a, b in ((one, other), (other, one))}
+    assert len(chosen) == 1
+
+
 def test_orphans_follow_the_root_tree_in_start_order_with_their_children() -> None:
     t = build_trajectory(trace(
         span("late-orphan", "missing-1", 50), span("root", None, 0),
@@ -106,12 +124,13 @@ def test_parent_cycles_and_self_parents_are_kept_once() -> None:
     assert names(t)[:2] == ["root", "self"]  # self-parent reads as an orphan
 
 
-def test_duplicate_span_ids_keep_the_first_span() -> None:
+def test_duplicate_span_ids_keep_one_span_whatever_the_arrival_order() -> None:
     first = span("tool", "root", 1, tool("first"))
-    dup = span("tool", "root", 2, tool("second"))
-    t = build_trajectory(trace(span("root"), first, dup), CFG)
-    assert [s.tool_name for s in t.tool_steps] == ["first"]
-    assert t.span_count == 2
+    dup = span("tool", "root", 2, tool("second"))  # as complete, ended later
+    for order in ((first, dup), (dup, first)):
+        t = build_trajectory(trace(span("root"), *order), CFG)
+        assert [s.tool_name for s in t.tool_steps] == ["second"]
+        assert t.span_count == 2
 
 
 def test_nodes_are_the_enclosing_agent_names() -> None:

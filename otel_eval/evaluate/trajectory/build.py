@@ -9,7 +9,8 @@ output are read last. Promises:
   orphan, or a called service's entry whose client span was lost) goes under the innermost
   span of the root tree whose time encloses it (where it ran), else follows the root tree
   at top level in start order; spans caught in a parent cycle follow those;
-- spans repeating an earlier span id are dropped (the first one received is kept);
+- of the copies of a repeated span id one is kept by content, never by arrival (ended,
+  the more attributes and events, then a content-only comparison: ``spans.dedupe``);
 - each step is classified by the convention cascade in ``otel_eval.evaluate.conventions``, its
   fields read from every convention on its span (``conventions.fields``: per field, sources
   in ``Step.sources``), and belongs to a node: the name of the nearest enclosing agent;

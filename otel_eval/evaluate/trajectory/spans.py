@@ -5,7 +5,8 @@
 
 ``build.build_trajectory`` runs this, then the passes, then reads the run (agent, input,
 output). Promises (the module docstring of ``build`` gives them for the whole stage):
-- spans repeating an earlier span id are dropped (the first one received is kept);
+- of the copies of a repeated span id one is kept by content, never by arrival (``dedupe``:
+  ended, the more attributes and events, then a content-only comparison);
 - tree order: depth first, siblings by start time, then the one that ends first, then span
   id (``sibling_key``: never arrival order, so the same spans in any order read the same);
   a span whose parent is in the trace is under it, its parent remote (OTLP span flags) or
@@ -79,13 +80,25 @@ def _stamped_name(span: Span, attrs: Any) -> str | None:
 
 
 def dedupe(spans: Iterable[Span]) -> list[Span]:
-    """One copy of each span id (the first received), the spans in a canonical order (by
-    start, then span id): what is read of them first (a service name, a stamped agent) is
-    the same in whatever order they came."""
+    """One copy of each span id, chosen by content (``_completeness``), never by arrival,
+    the copies kept in a canonical order (by start, then span id): what is read of them
+    first (a service name, a stamped agent) is the same in whatever order they came."""
     kept: dict[str, Span] = {}
     for span in spans:
-        kept.setdefault(span.span_id, span)
+        other = kept.setdefault(span.span_id, span)
+        if other is not span and _completeness(span) > _completeness(other):
+            kept[span.span_id] = span
     return sorted(kept.values(), key=_CANONICAL)
+
+
+def _completeness(span: Span) -> tuple[bool, int, int, bytes, str]:
+    """How complete a copy of a repeated span id is: ended, then the more attributes and
+    events, the later end, then its bytes as received (else its text) as a last, arbitrary
+    but content-only, comparison. Only repeated ids come here (a second pipeline, a file
+    holding a span twice: assembly refuses a retry's copy as a ``duplicate_span``)."""
+    return (span.end_ns > 0, len(span.attributes) + len(span.events), span.end_ns,
+            span.wire or b"", repr((span.name, span.status, span.status_message,
+                                    sorted(span.attributes.items(), key=repr))))
 
 
 _CANONICAL = attrgetter("start_ns", "span_id")  # C-level: no Python call a span
