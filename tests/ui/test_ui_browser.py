@@ -208,6 +208,21 @@ def test_the_issues_view_tells_two_services_same_named_agents_apart(
     assert all("planner" in w for w in where)
 
 
+def test_the_issues_view_says_when_the_window_was_cut(browser: Browser,
+                                                     ui_store: Store) -> None:
+    """A window holding more runs than a clustering run reads is cut to the newest
+    (``window_truncated`` on /v1/issues): /ui/issues showed the shares as of every run in
+    the window. The page says they are of the newest runs only, and says nothing otherwise."""
+    with admin(ui_store, {**ISSUES, "window_truncated": True}) as url:
+        browser.open(url + "/ui/issues")
+        _safe(browser)
+        cut = browser.js("[...document.querySelectorAll('.truncated')].map(e => e.innerText)")
+    assert len(cut) == 1 and "newest 40 runs" in cut[0] and "left out" in cut[0]
+    with admin(ui_store, ISSUES) as url:
+        browser.open(url + "/ui/issues")
+        assert browser.js("document.querySelectorAll('.truncated').length") == 0
+
+
 # Words of a header cell each on one line (none broken as "run s", "critiqu es"), and the
 # page no wider than the window.
 _HEADERS_WHOLE = """(() => [...document.querySelectorAll('table.issues th')]

@@ -6,7 +6,8 @@ that moved since the previous clustering run and over the last runs (a line draw
 SVG from the stored numbers: no script), runs and critiques counted, when it was first seen,
 and its example runs linked to the run view; the runs count links to every run of the issue
 (``/ui/issues/{id}/runs``, paginated). ``#issue-{id}`` anchors one issue (the Grafana
-annotations link there).
+annotations link there). A window cut to the newest runs (``window_truncated``) is said
+above the table: its shares are of those runs.
 """
 
 from __future__ import annotations
@@ -106,8 +107,12 @@ def issues_page(result: dict[str, Any] | None) -> Html:
     head = h("tr", [h("th", c) for c in ("issue", "severity", "where", "share of runs",
                                          "over the runs",
                                          "runs", "critiques", "first seen", "example runs")])
-    body = [h("h1", "Issues"), h("p", about, class_="facts"),
-            h("table", h("thead", head), h("tbody", [_issue(i) for i in issues]),
+    body = [h("h1", "Issues"), h("p", about, class_="facts")]
+    if result.get("window_truncated") is True:
+        body.append(h("p", f"The window held more runs than a clustering run reads: these "
+                           f"are the newest {result.get('traces', 0)} runs, the older ones "
+                           f"left out (shares are of the newest).", class_="truncated"))
+    body += [h("table", h("thead", head), h("tbody", [_issue(i) for i in issues]),
               class_="issues")]
     if not issues:
         body.append(h("p", "No recurring issue yet.", class_="empty"))
