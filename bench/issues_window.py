@@ -53,10 +53,10 @@ def child(path: str, mode: str) -> None:
     critiques = 0
     if mode == "kept":
         from otel_eval.outputs.issues.critiques import critique_fields
-        window = store.since(0, keep=critique_fields)
+        window = store.since(0, keep=critique_fields).rows
         critiques = len(extract(window, 0.5).critiques)
     elif mode == "whole":  # as the job read it before (and still can, on an older version)
-        window = store.since(0)
+        window = store.since(0).rows
         critiques = len(extract(window, 0.5).critiques)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"mode": mode, "peak_rss_bytes": rss, "critiques": critiques}))

@@ -173,10 +173,11 @@ class EvaluationStore(Protocol):
         ...
 
     def since(self, evaluated_after_ns: int, limit: int = 100_000,
-              keep: Keep | None = None) -> list[dict[str, Any]]:
-        """Evaluated after a time, oldest first; past ``limit`` the newest ``limit``. Read
-        ``SINCE_CHUNK`` rows at a time; with ``keep``, each body is replaced by
-        ``keep(body)`` as soon as it is parsed (the issues job keeps the fields it reads)."""
+              keep: Keep | None = None) -> Window:
+        """Evaluated after a time, oldest first; past ``limit`` the newest ``limit``, and
+        the window says it was cut (``Window.truncated``). Read ``SINCE_CHUNK`` rows at a
+        time; with ``keep``, each body is replaced by ``keep(body)`` as soon as it is parsed
+        (the issues job keeps the fields it reads)."""
         ...
 
     def count(self) -> int: ...
@@ -403,23 +404,38 @@ Keep = Callable[[dict[str, Any]], dict[str, Any]]
 SINCE_CHUNK = 256
 
 
+@dataclass(frozen=True)
+class Window:
+    """What ``since`` read: ``rows`` oldest first, and whether more were stored after the
+    time than its ``limit`` (``truncated``: ``rows`` are the newest, the older left out).
+    The cut comes with the rows so that no caller takes the newest for the whole window."""
+
+    rows: list[dict[str, Any]]
+    truncated: bool
+
+
 def since_chunks(read: Callable[[int, tuple[int, str] | None, int], list[Any]],
-                 evaluated_after_ns: int, limit: int, keep: Keep | None) -> list[dict[str, Any]]:
+                 evaluated_after_ns: int, limit: int, keep: Keep | None) -> Window:
     """``since`` for both stores: ``read(after_ns, position, n)`` returns the next ``n`` rows
     (evaluated_at_ns, trace_id, body), newest first, strictly after ``position`` (keyset);
-    the bodies parsed (and kept) a chunk at a time, returned oldest first."""
+    the bodies parsed (and kept) a chunk at a time, returned oldest first. One row past
+    ``limit`` is asked for (its body never parsed): there, the window was cut."""
     out: list[dict[str, Any]] = []
     position: tuple[int, str] | None = None
-    while len(out) < limit:
-        rows = read(evaluated_after_ns, position, min(SINCE_CHUNK, limit - len(out)))
-        for at, trace_id, body in rows:
+    truncated, limit = False, max(0, limit)  # SQLite reads a negative LIMIT as none
+    while not truncated:
+        left = limit - len(out)
+        n = min(SINCE_CHUNK, left + 1)  # one past the limit tells a cut window
+        rows = read(evaluated_after_ns, position, n)
+        for at, trace_id, body in rows[:left]:
             value = json.loads(body)
             out.append(keep(value) if keep is not None else value)
             position = (at, trace_id)
-        if len(rows) < SINCE_CHUNK:
+        truncated = len(rows) > left
+        if len(rows) < n:
             break
     out.reverse()
-    return out
+    return Window(out, truncated)
 
 
 def stored_text(value: Any) -> Any:

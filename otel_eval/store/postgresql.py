@@ -60,6 +60,7 @@ from otel_eval.store.base import (
     AgentRun,
     Keep,
     SessionLimits,
+    Window,
     evaluation_row,
     history_rows,
     in_batches,
@@ -568,7 +569,7 @@ class PostgresStore(KeptSessions):
         return self._run(read)
 
     def since(self, evaluated_after_ns: int, limit: int = 100_000,
-              keep: Keep | None = None) -> list[dict[str, Any]]:
+              keep: Keep | None = None) -> Window:
         """Evaluations stored after a time, oldest first; past ``limit`` the newest ``limit``
         (issue clustering reads its window with this), a chunk of rows at a time; ``keep``
         as in ``EvaluationStore.since``."""

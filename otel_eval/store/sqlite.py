@@ -37,6 +37,7 @@ from otel_eval.store.base import (
     ROW_COLUMNS,
     AgentRun,
     Keep,
+    Window,
     evaluation_row,
     history_rows,
     in_batches,
@@ -358,7 +359,7 @@ class SqliteStore(KeptSessions):
             return filters.page(rows, q.limit, q.max_bytes, end)  # no more
 
     def since(self, evaluated_after_ns: int, limit: int = 100_000,
-              keep: Keep | None = None) -> list[dict[str, Any]]:
+              keep: Keep | None = None) -> Window:
         """Evaluations stored after a time, oldest first; past ``limit`` the newest ``limit``
         (issue clustering reads its window with this), a chunk of rows at a time (the lock
         is let go between chunks); ``keep`` as in ``EvaluationStore.since``."""

@@ -19,6 +19,7 @@ from otel_eval.app.config import Config, build
 from otel_eval.app.configdoc import reference
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.job import IssuesJob
+from otel_eval.store.base import Window
 from otel_eval.telemetry.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +35,8 @@ def _metrics_table() -> str:
     """Every metric the admin /metrics can expose: Metrics, and the issues job's collector."""
     registry = CollectorRegistry()
     Metrics(registry)
-    IssuesJob(IssuesConfig(), sqlite3.connect(":memory:"), lambda since_ns: [], registry)
+    IssuesJob(IssuesConfig(), sqlite3.connect(":memory:"), lambda since_ns: Window([], False),
+              registry)
     entries = []
     for collector in list(registry._collector_to_names):  # declared label names, not samples
         if hasattr(collector, "_labelnames") and hasattr(collector, "_type"):

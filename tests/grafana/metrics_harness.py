@@ -19,6 +19,7 @@ from otel_eval.base.results import Evaluation, Finding, Verdict
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.job import IssuesJob
+from otel_eval.store.base import Window
 from otel_eval.telemetry.metrics import Metrics, render
 
 LOOPY, CLEAN, SERVICE = "looper", "steady", "shop"
@@ -232,7 +233,8 @@ def issues_job(metrics: Metrics, catalogue: Path, traces: int = 20) -> IssuesJob
     """The issue clustering stage on the same registry (as serve runs it), run twice over the
     loop-heavy agent's findings: the first run finds the issues, the second gives trends."""
     window = _window(traces)
-    job = IssuesJob(IssuesConfig(), str(catalogue), lambda since_ns: window, metrics.registry)
+    job = IssuesJob(IssuesConfig(), str(catalogue), lambda since_ns: Window(window, False),
+                    metrics.registry)
     now = time.time()
     for at in (now - 60, now):
         assert job.run_once(at) is not None
@@ -243,6 +245,7 @@ def restarted_issues_job(metrics: Metrics, catalogue: Path, traces: int = 20) ->
     """``issues_job``'s stage in the next otel-eval process: its first run, at start, over the
     same stored window and catalogue."""
     window = _window(traces)
-    job = IssuesJob(IssuesConfig(), str(catalogue), lambda since_ns: window, metrics.registry)
+    job = IssuesJob(IssuesConfig(), str(catalogue), lambda since_ns: Window(window, False),
+                    metrics.registry)
     assert job.run_once(time.time()) is not None
     return job

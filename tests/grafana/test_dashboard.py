@@ -19,13 +19,15 @@ from prometheus_client.metrics_core import Metric
 
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.job import IssuesJob
+from otel_eval.store.base import Window
 from otel_eval.telemetry.metrics import Metrics
 
 
 def _families() -> list[Metric]:
     """Every family on the admin /metrics: Metrics, and the issues job on the same registry."""
     registry = Metrics().registry
-    job = IssuesJob(IssuesConfig(), sqlite3.connect(":memory:"), lambda since_ns: [], registry)
+    job = IssuesJob(IssuesConfig(), sqlite3.connect(":memory:"),
+                    lambda since_ns: Window([], False), registry)
     families = list(registry.collect())
     job.close()
     return families
@@ -312,7 +314,7 @@ def _table_samples() -> dict[str, list[dict[str, str]]]:
                    for i in range(6)]
     registry = Metrics().registry
     job = IssuesJob(IssuesConfig(), sqlite3.connect(":memory:", check_same_thread=False),
-                    lambda since_ns: evaluations, registry, clock=lambda: 1_000.0)
+                    lambda since_ns: Window(evaluations, False), registry, clock=lambda: 1_000.0)
     try:
         assert job.run_once() is not None
         out: dict[str, list[dict[str, str]]] = {}

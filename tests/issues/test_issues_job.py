@@ -34,10 +34,13 @@ from otel_eval.outputs.issues.result import (
 )
 from otel_eval.outputs.issues.tracker import IssueTracker
 from otel_eval.store import Store
+from otel_eval.store.base import Window
 
 T0 = 1_700_000_000.0
 HOUR = 3600.0
 ISSUE_LABELS = {"level", "node", "issue_id", "title"}
+
+_EMPTY = Window([], False)  # a window with no run in it
 
 
 class Recorder:
@@ -140,7 +143,7 @@ def test_failed_run_is_logged_and_counted_and_keeps_the_last_result(
     store.put_many(_stored(e, T0 - 60) for e in window(12))
     registry, calls = CollectorRegistry(), []
 
-    def flaky(since_ns: int) -> list[dict[str, Any]]:
+    def flaky(since_ns: int) -> Window:
         calls.append(since_ns)
         if len(calls) > 1:
             raise RuntimeError("database is locked")
@@ -211,7 +214,8 @@ def test_restart_on_the_same_catalogue_keeps_issue_ids(store: Store) -> None:
 def test_exemplar_stays_while_its_trace_is_in_the_window(store: Store) -> None:
     evs = window(12)
     registry, current = CollectorRegistry(), [evs]
-    job = IssuesJob(IssuesConfig(), store.path, lambda ns: current[0], registry, ManualClock(T0))
+    job = IssuesJob(IssuesConfig(), store.path, lambda ns: Window(current[0], False),
+                    registry, ManualClock(T0))
 
     def exemplars() -> dict[str, str]:
         return {s["issue_id"]: s["trace_id"] for s, _ in
@@ -307,7 +311,7 @@ def test_thousands_of_agent_nodes_give_at_most_the_cap_of_issue_series(
     monkeypatch.setattr(IssueTracker, "run", lambda _self, _evs, _now=None: result)
     registry = CollectorRegistry()
     job = IssuesJob(IssuesConfig(max_gauge_issues=cap), sqlite3.connect(
-        ":memory:", check_same_thread=False), lambda ns: [], registry, ManualClock(T0))
+        ":memory:", check_same_thread=False), lambda ns: _EMPTY, registry, ManualClock(T0))
     assert job.run_once() is result and len(job.latest_json()["issues"]) == n
     series = [s for f in text_string_to_metric_families(generate_latest(registry).decode())
               if f.name.startswith("otel_eval_issue_") for s in f.samples]
@@ -324,9 +328,9 @@ def test_thousands_of_agent_nodes_give_at_most_the_cap_of_issue_series(
 def test_thread_runs_at_start_and_stops(store: Store) -> None:
     ran = threading.Event()
 
-    def since(ns: int) -> list[dict[str, Any]]:
+    def since(ns: int) -> Window:
         ran.set()
-        return []
+        return Window([], False)
 
     registry = CollectorRegistry()
     job = IssuesJob(IssuesConfig(interval_s=3600), store.path, since, registry, ManualClock(T0))
@@ -345,7 +349,7 @@ def test_the_interval_in_force_is_a_gauge(store: Store) -> None:
     2 hours (issues.interval_s: 7200) exposes it, so its last run, up to 2 hours old when
     healthy, does not page; the interval start() is given when another; none when off."""
     registry = CollectorRegistry()
-    job = IssuesJob(IssuesConfig(interval_s=7200), store.path, lambda ns: [], registry,
+    job = IssuesJob(IssuesConfig(interval_s=7200), store.path, lambda ns: _EMPTY, registry,
                     ManualClock(T0))
     assert registry.get_sample_value("otel_eval_issues_interval_seconds") == 7200
     job.start(9000)
@@ -354,7 +358,7 @@ def test_the_interval_in_force_is_a_gauge(store: Store) -> None:
     finally:
         job.close(30)
     off = CollectorRegistry()
-    job = IssuesJob(IssuesConfig(interval_s=0), store.path, lambda ns: [], off)
+    job = IssuesJob(IssuesConfig(interval_s=0), store.path, lambda ns: _EMPTY, off)
     assert off.get_sample_value("otel_eval_issues_interval_seconds") is None
     job.close()
 
@@ -373,8 +377,8 @@ def test_the_window_keeps_only_what_clustering_reads(store: Store) -> None:
                                    "search repeated 3 times", [ev.trajectory.steps[0]
                                                                      .span_id], [0]))
     store.put_many(evaluations)
-    kept = store.since(0, keep=critique_fields)
-    whole = store.since(0)
+    kept = store.since(0, keep=critique_fields).rows
+    whole = store.since(0).rows
     assert sum(map(len, map(str, kept))) * 5 < sum(map(len, map(str, whole)))
     assert all("result" not in s for b in kept for s in b["steps"])
     results = []
@@ -405,10 +409,10 @@ def test_shutdown_with_no_time_left_does_not_wait_for_the_run(
     when none is left (it took at least 1 s): a run under way finishes on its own (daemon)."""
     entered, release = threading.Event(), threading.Event()
 
-    def since(ns: int) -> list[dict[str, Any]]:
+    def since(ns: int) -> Window:
         entered.set()
         release.wait(30)  # a guard only: the test releases it
-        return []
+        return Window([], False)
 
     job = IssuesJob(IssuesConfig(interval_s=3600), store.path, since, CollectorRegistry(),
                     ManualClock(T0))
@@ -493,7 +497,7 @@ def test_agent_info_keeps_same_named_agents_of_two_services_apart() -> None:
         evs += [{**search, "service": "search"}, {**billing, "service": "billing"}]
     registry = CollectorRegistry()
     job = IssuesJob(IssuesConfig(), sqlite3.connect(":memory:", check_same_thread=False),
-                    lambda ns: evs, registry, ManualClock(T0))
+                    lambda ns: Window(evs, False), registry, ManualClock(T0))
     try:
         result = job.run_once(T0)
         assert result is not None and len(result.issues) == 2

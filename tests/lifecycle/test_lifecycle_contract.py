@@ -35,6 +35,7 @@ from otel_eval.receive.grpc import GrpcReceiver
 from otel_eval.receive.http import HttpReceiver
 from otel_eval.receive.ingest import Ingest
 from otel_eval.store import Store
+from otel_eval.store.base import Window
 from otel_eval.store.query import Page
 from otel_eval.telemetry.metrics import Metrics
 
@@ -70,7 +71,7 @@ def parts(tmp_path: Path) -> Iterator[dict[str, Make]]:
             Metrics(CollectorRegistry())),
         "issues job": lambda: IssuesJob(IssuesConfig(interval_s=3600.0),
                                         sqlite3.connect(":memory:", check_same_thread=False),
-                                        lambda since_ns: [], CollectorRegistry()),
+                                        lambda since_ns: Window([], False), CollectorRegistry()),
         "events sender": lambda: EvaluationEvents(export, metrics),
         "forward sender": lambda: Forwarder(export, metrics),
         "event loop": LoopThread,

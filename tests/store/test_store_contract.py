@@ -27,7 +27,7 @@ from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.evaluate.stage import evaluate_and_store
 from otel_eval.outputs.issues.catalogue import Catalogue, StoredIssue
 from otel_eval.store import EvaluationStore, SqliteStore, open_store
-from otel_eval.store.base import RETENTION_BATCH
+from otel_eval.store.base import RETENTION_BATCH, Window
 from otel_eval.store.migrations import LATEST, SchemaError
 from otel_eval.store.query import (
     LABEL_CHARS,
@@ -466,12 +466,12 @@ def test_the_window_is_read_in_chunks_and_kept_as_asked(store: EvaluationStore) 
     n = 2 * SINCE_CHUNK + 7
     store.put_many([_ev(i, at=T0 + (i // 3) * 10**9) for i in range(1, n + 1)])  # ties of 3
     newest_first = sorted(range(1, n + 1), key=lambda i: (-(i // 3), i))
-    assert _ids(store.since(T0 - 1)) == newest_first[::-1]  # oldest first
-    window = store.since(T0 - 1, keep=lambda b: {"trace_id": b["trace_id"]})
+    assert _ids(store.since(T0 - 1).rows) == newest_first[::-1]  # oldest first
+    window = store.since(T0 - 1, keep=lambda b: {"trace_id": b["trace_id"]}).rows
     assert _ids(window) == newest_first[::-1]
     assert all(set(b) == {"trace_id"} for b in window)
     newest = store.since(T0 - 1, limit=SINCE_CHUNK + 1)
-    assert _ids(newest) == newest_first[:SINCE_CHUNK + 1][::-1]
+    assert _ids(newest.rows) == newest_first[:SINCE_CHUNK + 1][::-1] and newest.truncated
 
 
 def test_content_digests_are_stored_with_each_row_and_read_in_one_batch(stores: Open) -> None:
@@ -543,10 +543,21 @@ def test_feedback_retention_and_window(store: EvaluationStore) -> None:
     assert store.feedback_many([]) == {}
     assert store.feedback_many([f"{i:032x}" for i in range(1200)]) == {tid: "failure"}
     store.put_many([_ev(i) for i in range(1, 11)])
-    assert _ids(store.since(T0 + 7 * 10**9)) == [8, 9, 10]
-    assert _ids(store.since(0, limit=2)) == [9, 10]  # the newest, oldest first
+    assert _ids(store.since(T0 + 7 * 10**9).rows) == [8, 9, 10]
+    assert store.since(T0 + 7 * 10**9).truncated is False
     assert store.delete_older_than(T0 + 4 * 10**9) == 3
     assert store.count() == 7 and store.get(f"{3:032x}") is None
+
+
+def test_a_window_cut_at_its_limit_says_so(store: EvaluationStore) -> None:
+    """Past ``limit`` ``since`` keeps the newest; it said nothing, so any caller but the
+    issues job (which asked for one row more) took the newest rows for the whole window.
+    The cut comes with the rows now."""
+    store.put_many([_ev(i) for i in range(1, 11)])
+    cut = store.since(0, limit=2)
+    assert (_ids(cut.rows), cut.truncated) == ([9, 10], True)  # the newest, oldest first
+    whole = store.since(0, limit=10)  # exactly the limit: nothing left out
+    assert (len(whole.rows), whole.truncated) == (10, False)
 
 
 def test_labelled_runs_join_each_outcome_to_its_evaluation_newest_first(
@@ -1005,7 +1016,7 @@ def test_issues_jobs_whose_sessions_the_server_ended_hand_over_without_errors(
 
     open_store(postgresql_url).close()
     registries = CollectorRegistry(), CollectorRegistry()
-    leader, follower = (IssuesJob(IssuesConfig(), postgresql_url, lambda ns: [], r,
+    leader, follower = (IssuesJob(IssuesConfig(), postgresql_url, lambda ns: Window([], False), r,
                                   lambda: T0 / 1e9) for r in registries)
 
     def runs(registry: CollectorRegistry) -> dict[str, float]:

@@ -9,7 +9,7 @@ Usage (the service, when ``issues.interval_s > 0``):
 
     grafana = GrafanaAnnotator(cfg.issues.grafana) if cfg.issues.grafana.url else None
     job = IssuesJob(cfg.issues, cfg.issues.store_path or cfg.store.path,
-                    lambda ns: store.since(ns, WINDOW_RUNS + 1, keep=critique_fields),
+                    lambda ns: store.since(ns, WINDOW_RUNS, keep=critique_fields),
                     metrics.registry,
                     annotator=grafana)
     job.start()                          # a thread: run_once() now, then every interval_s
@@ -37,7 +37,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +61,7 @@ from otel_eval.outputs.issues.result import (
 )
 from otel_eval.outputs.issues.synthesis import Synthesizer
 from otel_eval.outputs.issues.tracker import Annotator, IssueTracker
-from otel_eval.store.base import SessionLimits
+from otel_eval.store.base import SessionLimits, Window
 from otel_eval.telemetry.issues import (
     ANNOTATION_SKIP_REASONS,
     ANNOTATION_STATUSES,
@@ -78,12 +78,12 @@ if TYPE_CHECKING:  # naming imports numpy and scipy (the tracker does, when it c
 
 log = logging.getLogger(__name__)
 
-EvaluationsSince = Callable[[int], Iterable[Mapping[str, Any]]]
+EvaluationsSince = Callable[[int], Window]
 
 # The newest runs of its window a run clusters: their critiques are held in memory, as the
-# clustering needs them all at once. ``build`` reads one more, so a run knows when its window
-# held more: the result says so (``window_truncated``, on /v1/issues) and the log says it, its
-# shares then being of the newest runs only. Before, the rest went uncounted and unsaid.
+# clustering needs them all at once. The store's window says when it held more
+# (``Window.truncated``): the result says so (``window_truncated``, on /v1/issues) and the log
+# says it, its shares then being of the newest runs only. Before, the rest went unsaid.
 WINDOW_RUNS = 100_000
 
 
@@ -117,13 +117,13 @@ class IssuesJob:
                  pair: PairLabels = labels_of, redact: Redact = None) -> None:
         """``store``: the catalogue's SQLite file or PostgreSQL URL (or a connection usable
         from the job's thread), ``session`` the limits of a PostgreSQL one
-        (``store.session``); ``evaluations_since(ns)``: v1 evaluation objects evaluated
-        after ``ns`` (unix nanoseconds); ``clock``: unix seconds; ``monotonic``: seconds,
-        the naming deadline's (``issues.naming_deadline_s``); ``pair``: the (service, agent)
-        labels of a pair on the per-trace metrics (``serve``: their pair budget, so the
-        dashboard's issues table joins an issue of a pair past it to the ``_other``
-        series); ``redact``: applied to every critique's text (titles and descriptions are
-        its words)."""
+        (``store.session``); ``evaluations_since(ns)``: the window of v1 evaluation
+        objects evaluated after ``ns`` (unix nanoseconds; ``Store.since``); ``clock``: unix
+        seconds; ``monotonic``: seconds, the naming deadline's
+        (``issues.naming_deadline_s``); ``pair``: the (service, agent) labels of a pair on
+        the per-trace metrics (``serve``: their pair budget, so the dashboard's issues table
+        joins an issue of a pair past it to the ``_other`` series); ``redact``: applied to
+        every critique's text (titles and descriptions are its words)."""
         self._config = config
         self._tracker = IssueTracker(config, store, clock, namer=namer, embedder=embedder,
                                      synthesizer=synthesizer, session=session,
@@ -181,13 +181,13 @@ class IssuesJob:
 
     def _run(self, since_ns: int, now: float) -> IssuesResult:
         """The tracker's run over the window's newest ``WINDOW_RUNS`` runs (oldest first)."""
-        evaluations = list(self._evaluations_since(since_ns))
-        cut = len(evaluations) > WINDOW_RUNS
+        window = self._evaluations_since(since_ns)
+        evaluations = window.rows[-WINDOW_RUNS:]  # a reader past the bound: its newest
+        cut = window.truncated or len(window.rows) > WINDOW_RUNS
         if cut:
             log.warning("the issues window (%.0f s) holds more runs than a run reads: the "
                         "newest %d runs clustered, the older ones left out (window_truncated)",
-                        self._config.window_s, WINDOW_RUNS)
-            del evaluations[:len(evaluations) - WINDOW_RUNS]
+                        self._config.window_s, len(evaluations))
         result = self._tracker.run(evaluations, now)
         return replace(result, window_truncated=True) if cut else result
 
@@ -340,7 +340,7 @@ def build(config: IssuesConfig, deps: Deps, *,
     grafana = GrafanaAnnotator(config.grafana) if config.grafana.url else None
     store = deps.store
     return IssuesJob(config, config.store_path or deps.store_target,
-                     lambda since_ns: store.since(since_ns, WINDOW_RUNS + 1,
+                     lambda since_ns: store.since(since_ns, WINDOW_RUNS,
                                                   keep=critique_fields),
                      deps.registry, annotator=grafana, namer=namer(),
                      synthesizer=synthesizer(), session=deps.store_session,
