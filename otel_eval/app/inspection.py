@@ -93,6 +93,7 @@ def report(trajectory: Trajectory, attributes: dict[str, list[str]]) -> dict[str
         "session_id": printable(trajectory.session_id) if trajectory.session_id else None,
         "user_id": printable(trajectory.user_id) if trajectory.user_id else None,
         "conversation_sources": dict(trajectory.conversation_sources),
+        "other_session_ids": [printable(i) for i in trajectory.other_session_ids],
         "unrecorded": dict(trajectory.unrecorded),
         "steps": [_step(s) for s in trajectory.steps],
         "not_understood": not_understood,
@@ -108,6 +109,8 @@ def render_text(reports: Iterable[dict[str, Any]]) -> str:
         sources = rep["conversation_sources"]
         if rep["session_id"] is not None:
             lines.append(f"conversation {rep['session_id']!r} ({sources['session_id']})")
+            if rep["other_session_ids"]:  # not counted under: the turn is the first's
+                lines.append("  also carried " + ", ".join(map(repr, rep["other_session_ids"])))
         if rep["user_id"] is not None:
             lines.append(f"user {rep['user_id']!r} ({sources['user_id']})")
         if rep["unrecorded"]:

@@ -176,6 +176,8 @@ class Evaluation:
                 out["session_id"] = t.session_id
                 if t.user_id is not None:
                     out["user_id"] = t.user_id
+                if t.other_session_ids:  # ids it also carried, not counted under
+                    out["other_session_ids"] = list(t.other_session_ids)
         if self.judge is not None:
             out["judge"] = self.judge
         if self.error is not None:

@@ -267,9 +267,12 @@ class Trajectory:
     # The conversation (session, thread) this turn belongs to and the conversation's user,
     # read from every convention that carries one (``conventions.conversations``); None
     # when no span carries one. ``conversation_sources``: field -> "<convention> <key>".
+    # ``other_session_ids``: the other conversation ids its spans carried (sorted, at most
+    # ``conversations.MAX_OTHER_IDS``): the turn is counted under ``session_id`` only.
     session_id: str | None = None
     user_id: str | None = None
     conversation_sources: dict[str, str] = field(default_factory=dict)
+    other_session_ids: list[str] = field(default_factory=list)
     # why assembly released it (``model.Trace.release_reason``: ``root_ended``,
     # ``idle_timeout``, ``max_duration``, ``overflow``, ``pressure``, ``service_share``,
     # ``trace_too_large``, ``shutdown``, ``eof``); "" when not known

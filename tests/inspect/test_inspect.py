@@ -99,7 +99,9 @@ def test_no_such_trace_and_a_bare_trace_id_fail_clearly(
 def test_the_conversation_and_its_user_are_shown(tmp_path: Path) -> None:
     spans = [_span("b000000000000001", None, "invoke_agent Agent", 1, {
         "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "Agent",
-        "session.id": "conv-1", "user.id": "u-1"})]
+        "session.id": "conv-1", "user.id": "u-1"}),
+             _span("b000000000000002", "b000000000000001", "chat", 2, {
+                 "gen_ai.operation.name": "chat", "session.id": "conv-2"})]
     body = {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
     path = tmp_path / "turn.json"
     path.write_text(json.dumps(body))
@@ -110,3 +112,4 @@ def test_the_conversation_and_its_user_are_shown(tmp_path: Path) -> None:
     text = _run(str(path))[1]
     assert "conversation 'conv-1' (openinference session.id)" in text
     assert "user 'u-1' (openinference user.id)" in text
+    assert rep["other_session_ids"] == ["conv-2"] and "also carried 'conv-2'" in text

@@ -73,3 +73,27 @@ def test_a_conversation_turn_root_is_a_run(operation: str) -> None:
     t = build_trajectory(turn, TrajectoryConfig())
     assert (t.session_id, t.agent) == ("c9", "support")
     assert t.steps[0].kind == "chain"
+
+
+@pytest.mark.parametrize(("root", "child", "session", "others"), [
+    # two keys, two values: the reader order picks one, the other is kept on the record
+    ({"session.id": "s2"}, {"gen_ai.conversation.id": "c1"}, "c1", ["s2"]),
+    # one key, two values: the root-most span's wins
+    ({"session.id": "s1"}, {"session.id": "s2"}, "s1", ["s2"]),
+    # the same id under two keys is no conflict
+    ({"session.id": "c1"}, {"gen_ai.conversation.id": "c1"}, "c1", None),
+    ({"session.id": "s1"}, None, "s1", None),
+])
+def test_a_second_conversation_id_is_on_the_record(
+        root: dict[str, Any], child: dict[str, Any] | None, session: str,
+        others: list[str] | None) -> None:
+    """A trace carrying two conversation ids was counted under one of them, the other lost
+    without a word. The one picked is the reader order's (root-most first on equal keys); the
+    others are on the record (``other_session_ids``), whichever order the spans came in."""
+    for order in (1, -1):
+        spans = [span("root", attrs={**_AGENT, **root})]
+        if child is not None:
+            spans.append(span("chat", "root", 1, {"gen_ai.operation.name": "chat", **child}))
+        t = build_trajectory(trace(*spans[::order]), TrajectoryConfig())
+        out = Evaluation(t).to_json()
+        assert (t.session_id, out.get("other_session_ids")) == (session, others)

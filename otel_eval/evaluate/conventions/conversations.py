@@ -16,7 +16,11 @@ a later key on the root):
 5. the Vercel AI SDK's telemetry metadata: ``ai.telemetry.metadata.sessionId``,
    ``..conversationId``, ``..threadId``.
 
-Among equal keys, the first span in tree order (the root first) wins. The user is read the
+Among equal keys, the first span in tree order (the root first) wins. A trace may carry
+more than one id (a ``session.id`` on the root and a ``gen_ai.conversation.id`` on an LLM
+span, or two values of one key): the turn is counted under the one picked, and the others
+(``Conversation.others``, at most ``MAX_OTHER_IDS``, sorted) go on its record
+(``other_session_ids``) instead of being lost without a word. The user is read the
 same way: ``user.id`` (OpenInference, OpenTelemetry ``user``) > ``enduser.id`` >
 ``langfuse.user.id`` > ``traceloop.association.properties.user_id`` >
 ``ai.telemetry.metadata.userId``. Ids are text as carried (numbers as their decimal text);
@@ -30,9 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from otel_eval.evaluate.conventions.values import as_str
-
-__all__ = ["CONVERSATION_KEYS", "MAX_ID_CHARS", "USER_KEYS", "Conversation"]
+__all__ = ["CONVERSATION_KEYS", "MAX_ID_CHARS", "MAX_OTHER_IDS", "USER_KEYS", "Conversation"]
 
 # (attribute key, convention): the reader order of the module docstring.
 CONVERSATION_KEYS: tuple[tuple[str, str], ...] = (
@@ -54,35 +56,53 @@ USER_KEYS: tuple[tuple[str, str], ...] = (
     ("ai.telemetry.metadata.userId", "vercel_ai"),
 )
 MAX_ID_CHARS = 256  # longer values are no conversation (or user) id
+MAX_OTHER_IDS = 8  # conversation ids besides the one picked, kept of a trace
 _ALL_KEYS = frozenset(k for k, _ in CONVERSATION_KEYS + USER_KEYS)
 
 
 def _id(value: Any) -> str | None:
-    if isinstance(value, bool):
-        return None
-    text = as_str(value) if isinstance(value, str | int) else None
-    if text is None:
+    # ``as_str`` inlined (every key a span carries comes here): a number as its decimal text
+    if type(value) is str:
+        text = value
+    elif isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+    else:
         return None
     text = text.strip()
     return text if 0 < len(text) <= MAX_ID_CHARS else None
 
 
 class _Best:
-    """The best (lowest rank) id seen so far for one list of keys."""
+    """The best (lowest rank) id seen so far for one list of keys, and every id seen
+    (``others``: at most ``MAX_OTHER_IDS`` + 1 kept)."""
 
     def __init__(self, keys: tuple[tuple[str, str], ...]) -> None:
         self.keys = keys
+        self.ranks = {key: rank for rank, (key, _) in enumerate(keys)}
+        self.keyset = frozenset(self.ranks)
         self.rank = len(keys)
         self.value: str | None = None
         self.source: str | None = None
+        self.seen: set[str] = set()
 
     def offer(self, attrs: Any) -> None:
-        for rank in range(self.rank):
-            key, convention = self.keys[rank]
-            value = _id(attrs.get(key))
-            if value is not None:
-                self.rank, self.value, self.source = rank, value, f"{convention} {key}"
-                return
+        # only the keys the span carries (mostly one): ranks decide, not the set's order
+        for key in attrs.keys() & self.keyset:
+            value = _id(attrs[key])
+            if value is None:
+                continue
+            if len(self.seen) <= MAX_OTHER_IDS:
+                self.seen.add(value)
+            rank = self.ranks[key]
+            if rank < self.rank:
+                self.rank, self.value = rank, value
+                self.source = f"{self.keys[rank][1]} {key}"
+
+    @property
+    def others(self) -> list[str]:
+        """The ids seen besides the one picked, sorted (not arrival order), at most
+        ``MAX_OTHER_IDS``."""
+        return sorted(self.seen - {self.value})[:MAX_OTHER_IDS]
 
 
 class Conversation:

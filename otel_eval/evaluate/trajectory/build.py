@@ -338,6 +338,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         session_id=builder.conversation.session_id,
         user_id=builder.conversation.user.value,
         conversation_sources=builder.conversation.sources,
+        other_session_ids=builder.conversation.session.others,
     )
 
 
@@ -450,6 +451,7 @@ def bare_trajectory(trace: Trace) -> Trajectory:
         bare.start_ns, bare.end_ns = extent(spans)  # its place among turns
         bare.session_id, bare.user_id = conversation.session_id, conversation.user.value
         bare.conversation_sources = conversation.sources
+        bare.other_session_ids = conversation.session.others
     except Exception:  # a stand-in never fails: it is what failure stores
         pass
     return bare
