@@ -97,3 +97,17 @@ def test_a_second_conversation_id_is_on_the_record(
         t = build_trajectory(trace(*spans[::order]), TrajectoryConfig())
         out = Evaluation(t).to_json()
         assert (t.session_id, out.get("other_session_ids")) == (session, others)
+
+
+def test_a_distributed_turn_is_its_entry_service_s() -> None:
+    """docs/sessions.md: a front service calling the agent service (one trace) is a turn of
+    the front service, whichever service's span carries the conversation id; a turn whose
+    front span never came is the agent service's (a session of its own)."""
+    agent = span("agent", "front", 1, {**_AGENT, "session.id": "c1"},
+                 resource={"service.name": "agent"})
+    whole = build_trajectory(trace(span("front", resource={"service.name": "front"}), agent),
+                             TrajectoryConfig())
+    assert (whole.service, whole.session_id) == ("front", "c1")
+    alone = span("agent", None, 1, {**_AGENT, "session.id": "c1"},
+                 resource={"service.name": "agent"})
+    assert build_trajectory(trace(alone), TrajectoryConfig()).service == "agent"
