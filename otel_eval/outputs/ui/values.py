@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from otel_eval.base.printable import printable
+from otel_eval.base.printable import escaped_cut, printable
 from otel_eval.base.steps import CONTENT_CHARS
 from otel_eval.outputs.ui.html import Html, h
 from otel_eval.outputs.ui.text import Redact, as_text, redacted
@@ -55,9 +55,10 @@ class Budget:
 
 
 def short(value: Any, limit: int = NAME_CHARS) -> str:
-    """One line of at most ``limit`` characters (whitespace runs collapsed)."""
+    """One line of at most ``limit`` characters (whitespace runs collapsed), cut on whole
+    escapes (``escaped_cut``: never ``\\x1`` before the "…")."""
     flat = " ".join(printable(as_text(value, limit)).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return flat if len(flat) <= limit else escaped_cut(flat, limit - 1) + "…"
 
 
 def _head(text: str) -> int:
@@ -77,7 +78,7 @@ def value(label: str, raw: Any, budget: Budget, redact: Redact, *,
     instrumentation sent, when the store kept less; ``more``: a link to the whole step."""
     wanted = printable(redacted(raw, VALUE_CHARS, redact), keep="\n\t")
     room = budget.take(len(wanted))
-    shown = wanted[:max(room, min(SMALL_CHARS, len(wanted)))]
+    shown = escaped_cut(wanted, max(room, min(SMALL_CHARS, len(wanted))))  # whole escapes
     cut = _head(shown)
     parts: list[Any] = [h("span", label, class_="label"), h("pre", shown[:cut])]
     if cut < len(shown):
