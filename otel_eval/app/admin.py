@@ -136,8 +136,8 @@ class AdminConfig:
     # per-trace metric: the first this many distinct pairs; every other pair is counted as
     # service="_other", agent="_other" on all of them alike (so ratios hold). A pair costs
     # ~65 series lines (4 histograms): 250 keep /metrics under ~20k lines. The agents the
-    # configuration names (detectors.agents, judge.sampling.rate_by_agent keys) have series
-    # besides, outside the budget: no sender's junk names can put them under _other.
+    # configuration names (detectors.agents, judge.sampling.rate_by_agent keys) have a
+    # second budget as large, their own: no sender's junk names can put them under _other.
     metrics_max_pairs: int = 250
     # Seconds a (service, agent) pair may go without a trace (or session) before its series
     # are removed from every per-trace metric at once and its place in metrics_max_pairs is

@@ -2,8 +2,9 @@
 
 One budget of (service, agent) pairs for every per-trace metric (the first ``max_pairs``
 distinct pairs; any other pair is service="_other", agent="_other" on all of them alike, so
-ratios between them hold; the agents the configuration names besides, outside it; a pair idle
-for ``expiration_s`` removed from every metric at once, its place given back); tool names:
+ratios between them hold; the agents the configuration names in a second budget as large,
+their own; a pair idle for ``expiration_s`` removed from every metric at once, its place
+given back); tool names:
 the first ``max_tools_per_agent`` per (service, agent) pair, the rest ``_other``; and a
 backstop per metric past the pair budget (``max_series_per_metric`` label combinations, the
 rest folded into the all-``_other`` series and counted in
@@ -62,15 +63,17 @@ class Pairs:
     """The one label budget of every per-trace metric: admits the first ``cap`` distinct
     (service, agent) pairs; any other pair is (``_other``, ``_other``) on every metric alike,
     so a ratio of two metrics (loops / completed) stays right for each pair and in sum.
-    A pair whose agent is one of ``reserved`` (the agents the configuration names) is
-    admitted outside the budget: it takes no place in it and is never crowded out of it (a
-    sender of 250 junk names put them under ``_other`` until a restart). Thread-safe."""
+    A pair whose agent is one of ``reserved`` (the agents the configuration names) takes its
+    place in a second budget of ``cap`` pairs, its own: junk agent names cannot crowd it out
+    (a sender of 250 of them put every later agent under ``_other`` until a restart), and a
+    sender spoofing a configured name under many service names fills that one only, so the
+    pairs held stay at most ``2 * cap``. Thread-safe."""
 
     def __init__(self, cap: int, reserved: Iterable[str] = ()) -> None:
         self._cap = cap
         self._reserved = frozenset(labels_of(None, name)[1] for name in reserved)
         self._seen: dict[tuple[str, str], float] = {}  # admitted pair -> when last seen
-        self._counted = 0  # admitted pairs that take a place in the budget
+        self._counted = [0, 0]  # admitted pairs of the budget, of the configured agents'
         self._lock = threading.Lock()
 
     def __call__(self, service: str | None, agent: str | None,
@@ -82,9 +85,12 @@ class Pairs:
         if pair == (OTHER, OTHER):  # named so by its sender: the overflow's, never expired
             return pair
         with self._lock:
-            reserved = pair[1] in self._reserved
-            if pair in self._seen or reserved or self._counted < self._cap:
-                self._counted += pair not in self._seen and not reserved
+            if pair in self._seen:
+                self._seen[pair] = now
+                return pair
+            budget = pair[1] in self._reserved
+            if self._counted[budget] < self._cap:
+                self._counted[budget] += 1
                 self._seen[pair] = now
                 return pair
         return OTHER, OTHER
@@ -96,14 +102,15 @@ class Pairs:
 
     def expire(self, before: float) -> set[tuple[str, str]]:
         """The admitted pairs last seen before ``before``, taken out: their places in the
-        budget given back. A scan of the pairs (``max_pairs`` and the reserved agents')."""
+        budget given back. A scan of the pairs (at most ``2 * max_pairs``)."""
         with self._lock:
             gone = {pair for pair, seen in self._seen.items() if seen < before}
             for pair in gone:
                 del self._seen[pair]
             # counted again, not decremented: a trace of a pair taken out here, seen on the
             # lock-free path meanwhile, stores it back uncounted (a place too many, till now)
-            self._counted = sum(agent not in self._reserved for _, agent in self._seen)
+            reserved = sum(agent in self._reserved for _, agent in self._seen)
+            self._counted = [len(self._seen) - reserved, reserved]
         return gone
 
     def services(self) -> set[str]:

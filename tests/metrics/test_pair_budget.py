@@ -57,6 +57,19 @@ def test_configured_agents_take_no_place_in_the_budget() -> None:
         1, 1, 1, 1, None]
 
 
+def test_a_configured_name_under_many_services_fills_a_budget_of_its_own() -> None:
+    # a sender spoofing a configured agent's name under junk service names: held pairs stay
+    # bounded (they were admitted without limit), and the other budget's agents keep theirs
+    m = Metrics(CollectorRegistry(), max_pairs=3, reserved_agents=("planner",))
+    m.evaluation_stored(_evaluation(0, "shop", "searcher"), 0.1, False)
+    for i in range(1, 50):
+        m.evaluation_stored(_evaluation(i, f"junk-{i}", "planner"), 0.1, False)
+    m.evaluation_stored(_evaluation(50, "shop", "critic"), 0.1, False)
+    assert [_completed(m, f"junk-{i}", "planner") for i in (1, 3, 4)] == [1, 1, None]
+    assert [_completed(m, "shop", a) for a in ("searcher", "critic")] == [1, 1]
+    assert _completed(m, OTHER, OTHER) == 46
+
+
 def test_the_service_admits_the_agents_its_configuration_names(tmp_path: Path) -> None:
     config = build(Config, {"store": {"path": str(tmp_path / "store.db")},
                             "detectors": {"agents": {"planner": {}}},
@@ -134,11 +147,12 @@ def test_configured_agents_expire_but_always_come_back() -> None:
     clock = ManualClock()
     m = Metrics(CollectorRegistry(), max_pairs=1, metrics_expiration_s=HOUR, clock=clock,
                 reserved_agents=("planner",))
-    for i in range(50):  # a configured name under many services: bounded by the idle time
+    for i in range(50):  # a configured name under many services: its own budget's place
         m.evaluation_stored(_evaluation(i, f"svc-{i}", "planner"), 0.1, False)
-    clock.advance(2 * HOUR)
+    clock.advance(2 * HOUR)  # idle: given back
     m.evaluation_stored(_evaluation(99, "shop", "planner"), 0.1, False)
-    assert {p for p in _families(m)["otel_eval_traces_completed"]} == {("shop", "planner")}
+    assert set(_families(m)["otel_eval_traces_completed"]) == {("shop", "planner"),
+                                                                (OTHER, OTHER)}
 
 
 def test_the_expiry_check_is_amortised() -> None:
