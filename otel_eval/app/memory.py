@@ -21,12 +21,11 @@ Not counted: an evaluation worker's trace (``trajectory`` bounds); a Kafka worke
 ``consumer/fetcher.py``) keeps one fetched result per assigned partition until it is read
 (``max_partition_fetch_bytes``, its 1 MiB default, or the partition's first record batch
 whole when larger), a response per broker in flight (``fetch_max_bytes``, 50 MiB, the same
-exception), a compressed batch decompressed while its records are read (up to
-``kafka.max_batch_bytes`` each), and the records the engine refused wait decoded in the
-retry queue (their partitions paused at ``kafka.max_poll_records`` of them; decoded outside
-``receiver.max_decoding_bytes``). Their sum depends on the partitions a worker is assigned
+exception), and a compressed batch decompressed while its records are read (up to
+``kafka.max_batch_bytes`` each). Their sum depends on the partitions a worker is assigned
 and the brokers' record size, which the configuration does not give. The requests being
-decoded, protobuf and OTLP/JSON, are within ``receiver.max_decoding_bytes``.
+decoded, protobuf and OTLP/JSON, and the Kafka records decoded and not yet taken by the engine
+(waiting for a retry too) are within ``receiver.max_decoding_bytes``.
 """
 
 from __future__ import annotations

@@ -182,7 +182,9 @@ class Service:
         self.engine = Engine(stage, self.store_health, self.metrics, assembly=config.assembly,
                              sinks=self.sinks, clock=clock, spool=self.spool,
                              stored=self.store.get_stamped)
-        self.kafka = kafka_front.build(config.kafka, deps, self.engine)
+        # what decoding holds at once, over every door: the receivers and the Kafka consumer
+        decoding = DecodeBudget(config.receiver.max_decoding_bytes)
+        self.kafka = kafka_front.build(config.kafka, deps, self.engine, decoding)
         jc = config.judge
         # new issues are named (and merged) through the judge stage's client: its budget, its
         # metrics
@@ -213,7 +215,7 @@ class Service:
         rc = config.receiver
         ingest = Ingest(front if front is not None else self.engine, self.metrics,
                         every_log_record=front is not None,
-                        decoding=DecodeBudget(rc.max_decoding_bytes))
+                        decoding=decoding)
         self.grpc = GrpcReceiver(rc, ingest) if rc.grpc_endpoint else None
         self.http = HttpReceiver(rc, ingest) if rc.http_endpoint else None
         self._opened = False  # the store and what the admin API reads: open

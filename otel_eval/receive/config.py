@@ -69,12 +69,14 @@ class ReceiverConfig:
     # connections could each hold max_message_bytes. One address holds at most half of it
     # (at least max_message_bytes; past it throttle reason `sender_share`). Default 256 MiB.
     max_body_bytes_in_flight: int = 256 * 1024 * 1024
-    # What decoding the protobuf requests in hand holds at once, over both OTLP receivers,
-    # bytes: each is charged 3 bytes per byte received, 192 per nested message (attribute,
-    # event, link...) and 1 KiB per span or log record (a request of minimal spans holds ~19x
-    # its bytes once decoded, one of empty attributes ~25x). A request that would pass
-    # it is answered 429 / RESOURCE_EXHAUSTED with RetryInfo (throttle reason `decoding`);
-    # one past it alone 413 / RESOURCE_EXHAUSTED (refused reason `too_large`). At least
+    # What decoding the protobuf requests in hand holds at once, over both OTLP receivers
+    # and the Kafka consumer's records (each held until the engine took it), bytes: each is
+    # charged 3 bytes per byte received, 192 per nested message (attribute, event, link...)
+    # and 1 KiB per span or log record (a request of minimal spans holds ~19x its bytes once
+    # decoded, one of empty attributes ~25x). A request that would pass it is answered 429 /
+    # RESOURCE_EXHAUSTED with RetryInfo (throttle reason `decoding`), a Kafka record waits
+    # (its partition paused); one past it alone 413 / RESOURCE_EXHAUSTED (refused reason
+    # `too_large`), a Kafka record skipped as poison (`too_large`). At least
     # 4 x max_message_bytes (checked at start), yet that does not make every request the
     # size limit takes fit: the charge is by content. An LLM agent's spans (~2.4 KB each,
     # the conformance recordings) are charged ~10x their bytes, spans of ~90 bytes with one

@@ -1,4 +1,4 @@
-"""What decoding the requests in hand holds at once, over both OTLP receivers (thread-safe):
+"""What decoding the requests in hand holds at once, over every door (thread-safe):
 the bytes as received grow several times over once parsed and decoded (a request of minimal
 spans ~19x: 13 MiB held 244 MiB; empty spans ~90x in the parse alone), which neither the
 HTTP bodies budget nor gRPC's message limit counts.
@@ -72,25 +72,33 @@ class DecodeBudget:
         room = max(0, self.max_bytes - parsed) // SPAN_HELD_BYTES + 1
         return parsed + count_items(body, room) * SPAN_HELD_BYTES
 
+    def take(self, body: bytes, *, json: bool = False
+             ) -> tuple[Literal["", "too_large", "decoding"], int]:
+        """Charge ``body``'s cost: ("", the bytes charged, to ``give_back``), or why not and 0
+        (``too_large``: past the budget alone; ``decoding``: not with what is held)."""
+        n = json_cost(body) if json else self.cost(body)
+        if n > self.max_bytes:
+            return "too_large", 0
+        with self._lock:
+            if self.held + n > self.max_bytes:
+                return "decoding", 0
+            self.held += n
+        return "", n
+
+    def give_back(self, n: int) -> None:
+        with self._lock:
+            self.held -= n
+
     @contextmanager
     def charged(self, body: bytes, *, json: bool = False
                 ) -> Iterator[Literal["", "too_large", "decoding"]]:
         """"" while ``body``'s cost is held (given back on exit), else why it is not;
         ``json``: an OTLP/JSON body (``json_cost``)."""
-        n = json_cost(body) if json else self.cost(body)
-        if n > self.max_bytes:
-            yield "too_large"
-            return
-        with self._lock:
-            if self.held + n > self.max_bytes:
-                refused = True
-            else:
-                refused, self.held = False, self.held + n
+        refused, n = self.take(body, json=json)
         if refused:
-            yield "decoding"
+            yield refused
             return
         try:
             yield ""
         finally:
-            with self._lock:
-                self.held -= n
+            self.give_back(n)

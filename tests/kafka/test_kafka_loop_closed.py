@@ -21,6 +21,7 @@ from otel_eval.outputs.kafka import ResultsPublisher
 from otel_eval.receive.ingest import Decoded
 from otel_eval.receive.kafka.consumer import KafkaConsumerStage
 from otel_eval.receive.kafka.offsets import Ticket
+from otel_eval.receive.kafka.records import Record
 
 
 def _evaluated() -> tuple[Trace, object]:
@@ -75,7 +76,8 @@ def test_a_record_stored_after_the_consumers_loop_closed_is_not_raised_into_the_
     tp = TopicPartition("t", 0)
     tid = "b" * 32
     work = Decoded("traces", [Span(tid, "1" * 16, None, "invoke_agent", 1, 2)], Counter())
-    assert stage._submit(tp, work, Ticket(tp, 0, 0)) == ""  # taken: no refusal
+    record = Record(tp, Ticket(tp, 0, 0), None, work)
+    assert stage._submit(tp, record) == ""  # taken: no refusal
     loop.close()  # the stage stopped before the engine stored the record
     engine.on_stored[0]()  # before: RuntimeError("Event loop is closed") in the engine
     assert stage.tracker.committable() == {}

@@ -80,3 +80,33 @@ def test_a_record_refused_on_every_retry_pass_is_counted_once() -> None:
     e.refuse = {}
     r.retry(lambda _p, rec, again: e.submit(rec, again), lambda _p, _rec: True)
     assert e.took == ["a:1", "b:1"] and len(r) == 0
+
+
+def test_a_record_not_decoded_yet_is_prepared_in_order_and_waits_while_it_cannot_be() -> None:
+    """Records offered as their bytes (``trace_ids`` None) are decoded (``prepare``) only
+    when nothing ahead holds them: one the decoding budget cannot take stalls its partition,
+    those behind it stay undecoded, and once decoded a record still waits behind an earlier
+    one of its traces."""
+    r: Retries[int, str] = Retries()
+    e = Engine()
+    full = {"on": True}
+    prepared: list[str] = []
+
+    def prepare(record: str) -> frozenset[str] | str:
+        if full["on"] and record == "b:1":
+            return "decoding"
+        prepared.append(record)
+        return frozenset({record.split(":")[0]})
+
+    e.refuse["a"] = "service_share"
+    for record in ("a:1", "b:1", "a:2", "c:1"):
+        r.offer(0, None, record, e.submit, prepare)
+    assert prepared == ["a:1"] and r.stalled == {0} and e.took == [] and len(r) == 4
+    full["on"] = False
+    r.retry(lambda _p, rec, again: e.submit(rec, again), lambda _p, _rec: True, prepare)
+    # a:2, decoded now, waits behind a:1 (its trace still past its share)
+    assert prepared == ["a:1", "b:1", "a:2", "c:1"]  # each decoded once
+    assert e.took == ["b:1", "c:1"] and len(r) == 2 and not r.stalled
+    del e.refuse["a"]
+    r.retry(lambda _p, rec, again: e.submit(rec, again), lambda _p, _rec: True, prepare)
+    assert e.took == ["b:1", "c:1", "a:1", "a:2"] and len(r) == 0

@@ -125,6 +125,27 @@ def test_consumer_service_stores_what_the_collector_exporter_writes(
         poll(lambda: committed(h, topic.partitions) == records + 1, "the commit")
 
 
+def test_consumer_service_decodes_records_within_the_receivers_decoding_budget(
+        topic: Topic, tmp_path: Path) -> None:
+    """serve's consumer is charged to ``receiver.max_decoding_bytes`` as its receivers are
+    (one budget): a record decoding past it alone is poison ``too_large``, the rest stored."""
+    ids, req = sdk_batch(1)
+    big = ExportTraceServiceRequest()
+    big.CopyFrom(req)
+    big.resource_spans[0].scope_spans[0].spans[0].attributes.add(
+        key="gen_ai.prompt").value.string_value = "x" * 100_000
+    asyncio.run(produce_raw(topic, big.SerializeToString(), key=b"big", partition=1))
+    records = asyncio.run(publish(topic, req, "otlp_proto"))
+    with running_service(tmp_path, **kafka_changes(topic, **{
+            "receiver.max_message_bytes": 16 * 1024,
+            "receiver.max_decoding_bytes": 64 * 1024})) as h:
+        poll(lambda: h.sample("otel_eval_kafka_records_poison_total", reason="too_large")
+             == 1, "the record too large to decode counted")
+        poll(lambda: h.release() == 1, "the small run released")
+        assert h.svc.store.get(ids[0]) is not None
+        poll(lambda: committed(h, topic.partitions) == records + 1, "the commit")
+
+
 def test_publish_front_end_records_are_evaluated_like_direct_otlp(
         topic: Topic, tmp_path: Path) -> None:
     dirs = {name: tmp_path / name for name in ("direct", "front", "worker")}

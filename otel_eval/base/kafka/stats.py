@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from typing import Protocol
 
 # Closed set of reasons a record is skipped as poison (a record batch skipped whole, past
-# ``max_batch_bytes`` decompressed or not decompressing, is counted once by its reason).
-POISON_REASONS = ("empty", "not_otlp", "batch_too_large", "batch_corrupt")
+# ``max_batch_bytes`` decompressed or not decompressing, is counted once by its reason;
+# ``too_large``: decoding it alone would pass ``receiver.max_decoding_bytes``).
+POISON_REASONS = ("empty", "not_otlp", "batch_too_large", "batch_corrupt", "too_large")
 # Closed set of reasons committed offset metadata is read as absent (its replay then starts
 # at the committed position): ``too_large``, past what otel-eval writes (``offsets``).
 METADATA_IGNORED_REASONS = ("too_large",)

@@ -16,6 +16,7 @@ from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.outputs.deps import Deps
 
 if TYPE_CHECKING:
+    from otel_eval.receive.decoding import DecodeBudget
     from otel_eval.receive.ingest import Submitter
     from otel_eval.receive.kafka.consumer import EngineLike
 
@@ -32,9 +33,11 @@ def _no_failure() -> None:
     return None
 
 
-def build(config: KafkaConfig, deps: Deps, engine: EngineLike) -> KafkaFrontEnd | None:
+def build(config: KafkaConfig, deps: Deps, engine: EngineLike,
+          decoding: DecodeBudget | None = None) -> KafkaFrontEnd | None:
     """With ``kafka.publish`` the receivers' records go to the topic (``PublishingEngine``);
-    otherwise this serve is a worker consuming the topic into ``engine``."""
+    otherwise this serve is a worker consuming the topic into ``engine``, decoding its
+    records within ``decoding`` (the receivers' budget: one for every door)."""
     if not config.enabled or deps.loop is None:
         return None
     if config.publish:
@@ -46,6 +49,6 @@ def build(config: KafkaConfig, deps: Deps, engine: EngineLike) -> KafkaFrontEnd 
                              PublishingEngine(publisher, deps.loop), _no_failure)
     from otel_eval.receive.kafka.consumer import KafkaConsumerStage
 
-    consumer = KafkaConsumerStage(config, engine, deps.metrics.kafka)
+    consumer = KafkaConsumerStage(config, engine, deps.metrics.kafka, decoding=decoding)
     return KafkaFrontEnd("kafka consumer", OnLoop(consumer, deps.loop), None,
                          lambda: consumer.failure)

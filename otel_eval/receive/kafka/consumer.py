@@ -60,7 +60,9 @@ Promises:
   evaluates whole); the new owner replays the rest;
 - lag (high watermark - position) per partition is reported through the metrics hook.
 
-Record values are decoded by ``records`` (poison named there), record batches read within a
+Record values are decoded by ``records`` (poison named there), within the receivers' decoding
+budget (``receiver.max_decoding_bytes``: a record waits while it is full, its charge held
+until the engine took it), record batches read within a
 bound by ``batches``; pausing and lag are ``flow``'s; partition assignment
 (``group`` or ``static``), and why group rebalancing is tested on a real broker rather than
 librdkafka's mock cluster, is ``assignment``'s.
@@ -82,8 +84,8 @@ from aiokafka.errors import KafkaError
 from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaMetrics, KafkaStats
-from otel_eval.base.loglimit import LogLimiter
-from otel_eval.receive.ingest import Decoded, Ingest, Submitter
+from otel_eval.receive.decoding import DecodeBudget
+from otel_eval.receive.ingest import Ingest, Submitter
 from otel_eval.receive.kafka import batches
 from otel_eval.receive.kafka.assignment import (
     check_copartitioned,
@@ -92,13 +94,12 @@ from otel_eval.receive.kafka.assignment import (
 )
 from otel_eval.receive.kafka.flow import Flow, is_logs, kind
 from otel_eval.receive.kafka.offsets import OffsetTracker, Ticket, TraceGate
-from otel_eval.receive.kafka.records import decode_value
+from otel_eval.receive.kafka.records import POISON_LOG_INTERVAL_S, Decoder, Record
 from otel_eval.receive.kafka.retries import Retries
 
 log = logging.getLogger(__name__)
 
-# A poison record is logged at most once per this many seconds (each is counted).
-POISON_LOG_INTERVAL_S = 10.0
+__all__ = ["POISON_LOG_INTERVAL_S", "KafkaConsumerStage"]
 
 # What the consumer needs of ``otel_eval.assemble.engine.Engine``: what ``Ingest`` needs.
 EngineLike = Submitter
@@ -128,17 +129,18 @@ class _Listener(ConsumerRebalanceListener):
 
 
 class KafkaConsumerStage:
-    """``start()`` on the service's loop, ``shutdown(deadline_s)`` at exit."""
+    """``start()`` on the service's loop, ``shutdown(deadline_s)`` at exit. ``decoding``:
+    the receivers' decoding budget, which records are decoded within (``records``)."""
 
     def __init__(self, config: KafkaConfig, engine: EngineLike,
                  metrics_hook: KafkaMetrics | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *,
+                 decoding: DecodeBudget | None = None) -> None:
         self.config = config
-        # a topic of records that are not OTLP: each counted, one logged per interval
-        self._poison_log = LogLimiter(POISON_LOG_INTERVAL_S, clock)
         self.engine = engine
         self.ingest = Ingest(engine)  # the receivers' door; accounted by ``metrics``
         self.metrics: KafkaMetrics = metrics_hook if metrics_hook is not None else KafkaStats()
+        self.decoder = Decoder(config, self.metrics, self.ingest, decoding, clock)
         self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
         self.gate: TraceGate[TopicPartition] = TraceGate()
         # Stored records reported by engine threads, drained on the loop. One wake-up per
@@ -151,8 +153,7 @@ class KafkaConsumerStage:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.stop_timeouts: list[str] = []  # the waits the last shutdown's deadline cut
         # records the engine throttled, and those waiting behind them
-        self._retries: Retries[TopicPartition, tuple[Decoded, Ticket[TopicPartition]]] = \
-            Retries()
+        self._retries: Retries[TopicPartition, Record] = Retries()
         self._drained = asyncio.Event()
         self._last_commit = 0.0
         # pausing (backpressure) and lag
@@ -241,6 +242,8 @@ class KafkaConsumerStage:
             except TimeoutError:
                 self._timed_out("close", "closing the consumer (its group leave)")
             self._consumer = None
+        for rec in self._retries.drop(self.tracker.partitions()):  # replayed by the next owner
+            self.decoder.give_back(rec)
 
     def _timed_out(self, wait: str, what: str, *args: object) -> None:
         self.stop_timeouts.append(wait)
@@ -274,39 +277,21 @@ class KafkaConsumerStage:
         if self.tracker.replayed(ticket):  # done before a restart: its traces are stored
             self._done(ticket)
             return
-        work = self._decode(tp, offset, value)
-        if work is None:  # poison, or nothing in it for the engine
-            self._done(ticket)
-            return
-        self._retries.offer(tp, work.trace_ids, (work, ticket),
-                            lambda r, again: self._submit(tp, *r, again=again))
+        # decoded once nothing ahead of it in its partition holds it (``retries``)
+        self._retries.offer(tp, None, Record(tp, ticket, value),
+                            lambda r, again: self._submit(tp, r, again=again),
+                            self.decoder.prepare)
 
-    def _decode(self, tp: TopicPartition, offset: int, value: bytes | None) -> Decoded | None:
-        """The record decoded for the engine; None when it holds nothing for it (poison,
-        counted; or only log records that are not GenAI events, accounted)."""
-        cfg = self.config
-        logs = tp.topic == cfg.logs_topic and bool(cfg.logs_topic)
-        decoded = decode_value(value, cfg.logs_encoding if logs else cfg.encoding, logs=logs)
-        if isinstance(decoded, str):
-            left_out = self._poison_log.allow()
-            if left_out is not None:
-                log.warning("kafka poison record %s[%d]@%d: %s%s", tp.topic, tp.partition,
-                            offset, decoded, LogLimiter.since(left_out, "poison records"))
-            self.metrics.record_poison(decoded)
-            return None
-        if logs and not decoded.items:
-            self.ingest.admit(decoded, self.metrics, source="kafka")  # ignored, rejected
-            return None
-        if not logs:
-            self.metrics.record_consumed(len(decoded.items))
-        return decoded
-
-    def _submit(self, tp: TopicPartition, work: Decoded, ticket: Ticket[TopicPartition],
-                again: bool = False) -> str:
-        """Through the door; why the engine throttled it (nothing taken: retried), or "".
-        ``again``: the engine refused this record before, and it was counted then."""
+    def _submit(self, tp: TopicPartition, rec: Record, again: bool = False) -> str:
+        """Through the door; why the engine throttled it (nothing taken: retried, its
+        decoding charge held meanwhile), or "". ``again``: the engine refused this record
+        before, and it was counted then."""
         loop = self._loop
         assert loop is not None
+        work, ticket = rec.decoded, rec.ticket
+        if work is None:  # poison, or nothing in it for the engine (``Decoder.prepare``)
+            self._done(ticket)
+            return ""
         trace_ids = work.trace_ids
 
         def on_stored() -> None:  # engine worker thread
@@ -323,6 +308,7 @@ class KafkaConsumerStage:
         res = self.ingest.admit(work, account, source="kafka", on_stored=on_stored)
         if res.outcome == "throttled":
             return res.reason or "throttled"
+        self.decoder.give_back(rec)  # the engine's pending budget counts it now
         # on_stored is drained on this loop later, so this comes first
         self.gate.submitted(ticket, trace_ids)
         return ""
@@ -335,8 +321,15 @@ class KafkaConsumerStage:
                 self._done(finished)
 
     def _retry_throttled(self) -> None:
-        self._retries.retry(lambda tp, r, again: self._submit(tp, *r, again=again),
-                            lambda tp, r: r[1].epoch == self.tracker.epoch(tp))
+        self._retries.retry(lambda tp, r, again: self._submit(tp, r, again=again),
+                            self._current, self.decoder.prepare)
+
+    def _current(self, tp: TopicPartition, rec: Record) -> bool:
+        """Whether ``rec`` is still this consumer's (not revoked since it was taken)."""
+        if rec.ticket.epoch == self.tracker.epoch(tp):
+            return True
+        self.decoder.give_back(rec)
+        return False
 
     def _retrying(self) -> int:
         return len(self._retries)
@@ -413,7 +406,8 @@ class KafkaConsumerStage:
             pos = self.tracker.revoke(tp)
             if pos is not None:
                 final[tp] = pos
-        self._retries.drop(revoked)
+        for rec in self._retries.drop(revoked):
+            self.decoder.give_back(rec)
         await self._commit(final)
         for tp in revoked:  # its new owner reports them
             self._flow.forget(tp)

@@ -15,8 +15,9 @@ from aiokafka.errors import KafkaError
 
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaMetrics
-from otel_eval.receive.ingest import Decoded, Submitter
-from otel_eval.receive.kafka.offsets import MAX_DONE_RANGE, OffsetTracker, Ticket, TraceGate
+from otel_eval.receive.ingest import Submitter
+from otel_eval.receive.kafka.offsets import MAX_DONE_RANGE, OffsetTracker, TraceGate
+from otel_eval.receive.kafka.records import Record
 from otel_eval.receive.kafka.retries import Retries
 
 
@@ -32,7 +33,7 @@ def kind(config: KafkaConfig, tp: TopicPartition) -> str:
 class Flow:
     def __init__(self, config: KafkaConfig, engine: Submitter, metrics: KafkaMetrics,
                  tracker: OffsetTracker[TopicPartition], gate: TraceGate[TopicPartition],
-                 retries: Retries[TopicPartition, tuple[Decoded, Ticket[TopicPartition]]]
+                 retries: Retries[TopicPartition, Record]
                  ) -> None:
         self.config, self.engine, self.metrics = config, engine, metrics
         self.tracker, self.gate, self._retries = tracker, gate, retries

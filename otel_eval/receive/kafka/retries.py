@@ -15,6 +15,11 @@ Promises:
 - one refused for any other reason (the engine takes nothing now: the store, the spool,
   open traces, pending spans) stalls its partition: every later record of it waits, and
   ``stalled`` says the consumer should pause it;
+- a record whose trace ids are not known yet (not decoded: ``None``) is prepared first, when
+  nothing ahead of it holds it: ``prepare(record)`` decodes it and returns its trace ids, or
+  why it cannot be now (the decoding budget is full: it waits and stalls its partition, as
+  for an engine's refusal); a record behind a stalled partition is not decoded, so a record
+  waits as its bytes until it can be offered;
 - a record is refused once in the count (``kafka_throttled_total``: records, not attempts):
   ``submit(record, again)`` is told ``again`` when the engine refused this record before, so
   a retry pass (every ``throttle_retry_s``) does not count the records still refused again.
@@ -35,41 +40,57 @@ SHARE = "service_share"
 _WAITS = "waits"
 
 
-# A waiting record: its trace ids, the record, and whether the engine refused it already.
-_Entry = tuple[frozenset[str], R, bool]
+# A waiting record: its trace ids (None: not decoded yet), the record, and whether the engine
+# refused it already.
+_Entry = tuple[frozenset[str] | None, R, bool]
+# ``prepare(record)``: its trace ids once decoded, or why it cannot be decoded now.
+Prepare = Callable[[R], frozenset[str] | str]
+
+
+def _known(record: object) -> frozenset[str] | str:
+    raise AssertionError("a record offered without its trace ids needs ``prepare``")
 
 
 class Retries(Generic[P, R]):
     """``offer(partition, trace_ids, record, submit)``: ``submit(record, again)`` returns why
-    the engine refused it, "" when taken; ``again``: it refused this record before."""
+    the engine refused it, "" when taken; ``again``: it refused this record before.
+    ``trace_ids`` None: ``prepare(record)`` gives them once nothing ahead holds the record."""
 
     def __init__(self) -> None:
         self._queues: dict[P, deque[_Entry[R]]] = {}  # never empty
         self._traces: dict[P, set[str]] = {}  # the trace ids of the records waiting
         self.stalled: set[P] = set()
 
-    def offer(self, partition: P, trace_ids: frozenset[str], record: R,
-              submit: Callable[[R, bool], str]) -> None:
+    def offer(self, partition: P, trace_ids: frozenset[str] | None, record: R,
+              submit: Callable[[R, bool], str], prepare: Prepare[R] = _known) -> None:
         queue = self._queues.setdefault(partition, deque())
-        self._offer(partition, (trace_ids, record, False), submit, queue)
+        self._offer(partition, (trace_ids, record, False), submit, prepare, queue)
         if not queue:
             del self._queues[partition]
 
     def _offer(self, partition: P, entry: _Entry[R], submit: Callable[[R, bool], str],
-               queue: deque[_Entry[R]]) -> None:
+               prepare: Prepare[R], queue: deque[_Entry[R]]) -> None:
         trace_ids, record, again = entry
-        waiting = self._traces.get(partition)
-        held = partition in self.stalled or (waiting is not None
-                                             and not waiting.isdisjoint(trace_ids))
-        refused = _WAITS if held else submit(record, again)
+        refused = _WAITS if partition in self.stalled else ""
+        if not refused and trace_ids is None:
+            got = prepare(record)
+            refused, trace_ids = (got, None) if isinstance(got, str) else ("", got)
+        if not refused:
+            waiting = self._traces.get(partition)
+            assert trace_ids is not None
+            if waiting is not None and not waiting.isdisjoint(trace_ids):
+                refused = _WAITS
+            else:
+                refused = submit(record, again)
+                again = again or bool(refused)  # the engine's refusal, counted once
         if refused:
-            queue.append((trace_ids, record, again or refused != _WAITS))
-            self._traces.setdefault(partition, set()).update(trace_ids)
+            queue.append((trace_ids, record, again))
+            self._traces.setdefault(partition, set()).update(trace_ids or ())
             if refused not in (_WAITS, SHARE):
                 self.stalled.add(partition)
 
     def retry(self, submit: Callable[[P, R, bool], str],
-              current: Callable[[P, R], bool]) -> None:
+              current: Callable[[P, R], bool], prepare: Prepare[R] = _known) -> None:
         """Offer every waiting record again, in offset order; ``current(partition, record)``
         False: its partition was revoked meanwhile (dropped: the new owner replays it)."""
         for partition, old in list(self._queues.items()):
@@ -79,7 +100,8 @@ class Retries(Generic[P, R]):
             self.stalled.discard(partition)
             for entry in old:
                 if current(partition, entry[1]):
-                    self._offer(partition, entry, partial(submit, partition), queue)
+                    self._offer(partition, entry, partial(submit, partition), prepare,
+                                queue)
             if not queue:
                 del self._queues[partition], self._traces[partition]
 
@@ -90,9 +112,11 @@ class Retries(Generic[P, R]):
         """Records waiting, on every partition."""
         return sum(len(q) for q in self._queues.values())
 
-    def drop(self, partitions: Iterable[P]) -> None:
-        """Forget revoked partitions' records (their new owner replays them)."""
+    def drop(self, partitions: Iterable[P]) -> list[R]:
+        """Forget revoked partitions' records (their new owner replays them); those records."""
+        dropped: list[R] = []
         for p in partitions:
-            self._queues.pop(p, None)
+            dropped.extend(r for _ids, r, _again in self._queues.pop(p, ()))
             self._traces.pop(p, None)
             self.stalled.discard(p)
+        return dropped
