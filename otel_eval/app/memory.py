@@ -16,14 +16,16 @@ holds, beyond the requests it receives, their records being published; the issue
 only with ``issues.interval_s`` > 0, the judge (litellm imported, its queue) only when
 ``judge.active``.
 
-Not counted: an evaluation worker's trace (``trajectory`` bounds); a Kafka worker's consumer
-(``kafka.brokers`` without ``publish``), which no setting bounds in bytes: aiokafka (0.14,
-``consumer/fetcher.py``) keeps one fetched result per assigned partition until it is read
-(``max_partition_fetch_bytes``, its 1 MiB default, or the partition's first record batch
-whole when larger), a response per broker in flight (``fetch_max_bytes``, 50 MiB, the same
-exception), and a compressed batch decompressed while its records are read (up to
-``kafka.max_batch_bytes`` each). Their sum depends on the partitions a worker is assigned
-and the brokers' record size, which the configuration does not give. The requests being
+A Kafka worker's consumer (``kafka.brokers`` without ``publish``) is counted as far as the
+configuration goes: aiokafka (0.14, ``consumer/fetcher.py``) has a response per broker in
+flight (``kafka.fetch_max_bytes``; the brokers listed in ``kafka.brokers`` counted, a
+cluster may have more) and a compressed batch decompressed while its records are read (up to
+``kafka.max_batch_bytes``). Not counted: what it keeps per assigned partition until it is
+read, one fetched result each (``kafka.max_partition_fetch_bytes``, 1 MiB by default, both
+topics' partitions), which depends on the partitions a worker is assigned; nor a
+partition's first record batch, fetched whole when larger than either fetch size (the
+brokers' record size, which the configuration does not give). Not counted either: an
+evaluation worker's trace (``trajectory`` bounds). The requests being
 decoded, protobuf and OTLP/JSON, and the Kafka records decoded and not yet taken by the engine
 (waiting for a retry too) are within ``receiver.max_decoding_bytes``.
 """
@@ -75,7 +77,18 @@ def worst_case(config: Config) -> dict[str, int]:
             config.receiver.max_decoding_bytes
         return parts
     parts.update(_evaluating(config))
+    if config.kafka.enabled:
+        parts.update(_consuming(config))
     return parts
+
+
+def _consuming(config: Config) -> dict[str, int]:
+    """A Kafka worker's consumer, what its configuration bounds (module docstring)."""
+    k = config.kafka
+    brokers = sum(1 for b in k.brokers.split(",") if b.strip())
+    return {"Kafka fetch responses (brokers listed x fetch_max_bytes)":
+            brokers * k.fetch_max_bytes,
+            "Kafka record batch being decompressed (max_batch_bytes)": k.max_batch_bytes}
 
 
 def _receiving(config: Config) -> dict[str, int]:

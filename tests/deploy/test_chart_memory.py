@@ -154,3 +154,19 @@ def test_every_chart_example_fits_its_memory_limit(helm: Helm, values: Path | No
     docs = helm.template(*values_args(values))
     limit = _quantity(main_container(docs)["resources"]["limits"]["memory"])
     _fits(worst_case(pod_config(docs, tmp_path)), limit)
+
+
+def test_a_kafka_workers_fetch_buffers_are_counted() -> None:
+    """A Kafka worker's consumer holds aiokafka's fetch responses (``kafka.fetch_max_bytes``
+    each, one in flight per broker: the brokers listed counted) and a record batch being
+    decompressed (``kafka.max_batch_bytes``); neither was counted. What it keeps per
+    assigned partition (``max_partition_fetch_bytes``) depends on the partitions, which the
+    configuration does not give (app/memory.py)."""
+    worker = build(Config, {"kafka": {"brokers": "a:9092,b:9092", "fetch_max_bytes": 8 << 20,
+                                      "max_partition_fetch_bytes": 1 << 20,
+                                      "max_batch_bytes": 16 << 20}})
+    parts = worst_case(worker)
+    assert parts["Kafka fetch responses (brokers listed x fetch_max_bytes)"] == 16 << 20
+    assert parts["Kafka record batch being decompressed (max_batch_bytes)"] == 16 << 20
+    for config in (Config(), build(Config, {"kafka": {"brokers": "a:9092", "publish": True}})):
+        assert not [n for n in worst_case(config) if n.startswith("Kafka")]

@@ -96,6 +96,17 @@ class KafkaConfig:
     max_inflight_records: int = 20_000
     # Largest batch returned by one fetch, records.
     max_poll_records: int = 500
+    # Most bytes a fetch returns for one partition (aiokafka's max_partition_fetch_bytes,
+    # Kafka's max.partition.fetch.bytes; the collector's kafkareceiver calls it
+    # max_partition_fetch_size). The consumer keeps one fetched result per assigned partition
+    # (both topics) until it is read: partitions x this (a partition's first record batch
+    # whole when larger), which depends on the partitions a worker is assigned. Default 1 MiB.
+    max_partition_fetch_bytes: int = 1024 * 1024
+    # Most bytes one fetch response from a broker carries, over its partitions (aiokafka's
+    # fetch_max_bytes, Kafka's fetch.max.bytes; the kafkareceiver's max_fetch_size, unlimited
+    # there by default). One is in flight per broker (the first record batch whole when
+    # larger). Default 50 MiB.
+    fetch_max_bytes: int = 50 * 1024 * 1024
     # Most bytes one fetched record batch may decompress to (gzip, snappy, lz4, zstd). A
     # batch past it (a decompression bomb) or one that does not decompress is skipped, its
     # records counted as poison (`batch_too_large`, `batch_corrupt`). Default 64 MiB.
@@ -146,7 +157,7 @@ class KafkaConfig:
                 f"(batch_too_large); lower it or raise max_batch_bytes")
         validate(self, minimum={
             "worker_count": 1, "max_inflight_records": 1, "max_poll_records": 1,
-            "max_batch_bytes": 1,
+            "max_batch_bytes": 1, "max_partition_fetch_bytes": 1, "fetch_max_bytes": 1,
             "throttle_retry_s": MIN_THROTTLE_RETRY_S, "results_queue_size": 1,
             "max_request_bytes": 1},
             above={"commit_interval_s": 0, "session_timeout_s": 0}, problems=problems)

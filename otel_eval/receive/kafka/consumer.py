@@ -170,6 +170,8 @@ class KafkaConsumerStage:
         consumer = AIOKafkaConsumer(
             **client_kwargs(cfg), group_id=cfg.group_id, enable_auto_commit=False,
             auto_offset_reset=cfg.auto_offset_reset, max_poll_records=cfg.max_poll_records,
+            max_partition_fetch_bytes=cfg.max_partition_fetch_bytes,
+            fetch_max_bytes=cfg.fetch_max_bytes,
             session_timeout_ms=int(cfg.session_timeout_s * 1000),
             heartbeat_interval_ms=max(100, int(cfg.session_timeout_s * 1000 / 3)),
             # range co-assigns partition p of both topics (aiokafka's default, round robin,
