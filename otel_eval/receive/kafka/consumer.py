@@ -51,7 +51,8 @@ Promises:
   own traces, one refused for any other reason its partition), never skipped: the committed
   position stays at it, with the records done past it in the commit metadata, as for a run
   the engine holds open. A partition is paused while it is stalled, or while it has records
-  waiting and they reach ``max_poll_records`` (all partitions together) or it was read
+  waiting and they reach ``max_poll_records`` or hold half of ``receiver.max_decoding_bytes``
+  (all partitions together: a waiting record holds its decoding charge) or it was read
   ``min(max_inflight_records, offsets.MAX_DONE_RANGE)`` records past its position;
 - on revocation the worker stops taking the partition's records and commits what is done;
   the engine forgets the partition's runs still open that no kept partition fed too,
@@ -158,7 +159,7 @@ class KafkaConsumerStage:
         self._last_commit = 0.0
         # pausing (backpressure) and lag
         self._flow = Flow(config, engine, self.metrics, self.tracker, self.gate,
-                          self._retries)
+                          self._retries, decoding=decoding)
 
     # --- lifecycle ---------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from aiokafka.errors import KafkaError
 
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaMetrics
+from otel_eval.receive.decoding import DecodeBudget
 from otel_eval.receive.ingest import Submitter
 from otel_eval.receive.kafka.offsets import MAX_DONE_RANGE, OffsetTracker, TraceGate
 from otel_eval.receive.kafka.records import Record
@@ -33,10 +34,11 @@ def kind(config: KafkaConfig, tp: TopicPartition) -> str:
 class Flow:
     def __init__(self, config: KafkaConfig, engine: Submitter, metrics: KafkaMetrics,
                  tracker: OffsetTracker[TopicPartition], gate: TraceGate[TopicPartition],
-                 retries: Retries[TopicPartition, Record]
-                 ) -> None:
+                 retries: Retries[TopicPartition, Record], *,
+                 decoding: DecodeBudget | None = None) -> None:
         self.config, self.engine, self.metrics = config, engine, metrics
         self.tracker, self.gate, self._retries = tracker, gate, retries
+        self.decoding = decoding  # what the records waiting hold (``_retries_full``)
         # the signals (logs: True) whose partitions are paused for max_inflight_records
         self.paused: set[bool] = set()
         self._pausing = False  # whether any partition is paused (the ``paused`` metric)
@@ -53,8 +55,9 @@ class Flow:
     def apply(self, consumer: AIOKafkaConsumer) -> None:
         """Per signal: a topic's partitions paused while its records in flight reach
         ``max_inflight_records``, resumed at half; and a partition stalled by a refusal, or
-        with records waiting when they reach ``max_poll_records`` (all partitions together)
-        or it was read ``min(max_inflight_records, MAX_DONE_RANGE)`` past its position."""
+        with records waiting when they reach ``max_poll_records`` or half the decoding budget
+        (all partitions together, ``_retries_full``) or it was read
+        ``min(max_inflight_records, MAX_DONE_RANGE)`` past its position."""
         cfg = self.config
         parts = consumer.assignment()
         for logs in (False, True):
@@ -66,7 +69,7 @@ class Flow:
                 self.paused.add(logs)
             elif logs in self.paused and inflight <= cfg.max_inflight_records // 2:
                 self.paused.discard(logs)
-        full = len(self._retries) >= cfg.max_poll_records
+        full = self._retries_full()
         ahead = min(cfg.max_inflight_records, MAX_DONE_RANGE)
         want = {tp for tp in parts if is_logs(cfg, tp) in self.paused
                 or tp in self._retries.stalled
@@ -79,6 +82,18 @@ class Flow:
         if bool(want) != self._pausing:
             self._pausing = bool(want)
             self.metrics.paused(self._pausing)
+
+    def _retries_full(self) -> bool:
+        """Whether the records waiting for a retry reach ``max_poll_records``, or hold half
+        the decoding budget: each holds its charge until the engine takes it (``records``),
+        and a few large ones held it all, throttling the receivers' requests and the other
+        partitions' records (other services, which the engine would take) as ``decoding``
+        until the refused ones were taken; the other half is left to them."""
+        if len(self._retries) >= self.config.max_poll_records:
+            return True
+        if self.decoding is None:
+            return False
+        return 2 * sum(r.charge for r in self._retries.records()) >= self.decoding.max_bytes
 
     def _held_open(self, parts: list[TopicPartition]) -> int:
         """``_in_open_runs``, counted again at most every ``commit_interval_s`` (it reads

@@ -16,7 +16,8 @@ A record is decoded within the receivers' decoding budget (``receive.decoding.De
 ``receiver.max_decoding_bytes``: one budget for every door), charged as a request of its bytes
 is before it is parsed (``Decoder.prepare``). Its charge is held until the engine took it
 (the engine's pending budget counts it from then), also while it waits in the retry queue
-after a refusal: decoded, it holds that memory. When the budget is held by others (requests
+after a refusal: decoded, it holds that memory (the partitions of the records waiting pause
+once they hold half the budget, ``flow``). When the budget is held by others (requests
 or records being decoded, records waiting), the record waits as its bytes, counted once as
 throttled (``decoding``), its partition stalled and paused, and is decoded on a later retry
 pass: Kafka is at-least-once here, so it is never dropped (the committed position stays at

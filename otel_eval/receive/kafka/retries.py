@@ -28,7 +28,7 @@ Promises:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Generic, TypeVar
 
@@ -107,6 +107,12 @@ class Retries(Generic[P, R]):
 
     def __contains__(self, partition: object) -> bool:
         return partition in self._queues
+
+    def records(self) -> Iterator[R]:
+        """The records waiting, on every partition."""
+        for queue in self._queues.values():
+            for _ids, record, _again in queue:
+                yield record
 
     def __len__(self) -> int:
         """Records waiting, on every partition."""
