@@ -92,7 +92,7 @@ from otel_eval.receive.security import (
     token_problems,
 )
 from otel_eval.store.failures import write_failure
-from otel_eval.store.query import EvaluationQuery, Page, QueryError
+from otel_eval.store.query import EvaluationQuery, Page, QueryError, single_values
 from otel_eval.store.sessions import AmbiguousSession, SessionQuery, session_service
 from otel_eval.telemetry.metrics import render
 
@@ -280,12 +280,14 @@ def _store_read(respond: Callable[[Request], Response], req: Request,
 
 def page_params(query: str, default_limit: int = 100) -> tuple[int, int]:
     """(offset, limit) of ``?offset=&limit=``; QueryError naming the bad parameter (digits
-    0-9 only: ``int`` refuses the superscripts ``str.isdigit`` takes, and 4,300 digits)."""
-    params = parse_qs(query)
+    0-9 only: ``int`` refuses the superscripts ``str.isdigit`` takes, and 4,300 digits), as
+    ``/v1/evaluations`` names it: an unknown, repeated or empty one too (taken silently, a
+    client's ``?ofset=100`` paged from 0 again)."""
+    params = single_values(parse_qs(query, keep_blank_values=True), ("offset", "limit"))
     out = []
     for name, default, low, high in (("offset", 0, 0, 10**9),
                                      ("limit", default_limit, 1, MAX_RUNS_PAGE)):
-        raw = (params.get(name) or [str(default)])[0]
+        raw = params.get(name, str(default))
         value = ascii_int(raw, len(str(high)))
         if value is None or not low <= value <= high:
             raise QueryError(name, f"must be an integer in [{low}, {high}], got {quoted(raw)}")

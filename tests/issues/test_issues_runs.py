@@ -71,6 +71,22 @@ def test_bad_requests(served: tuple[str, IssuesResult], path: str, status: int) 
     assert _get(url + path.replace("{id}", result.issues[0].issue_id))[0] == status
 
 
+@pytest.mark.parametrize(("query", "parameter"), [
+    ("limit=5&sort=desc", "sort"), ("limit=5&limit=1000", "limit"), ("limit=", "limit"),
+    ("offset=", "offset"), ("offset=7&offset=0", "offset"), ("after=x", "after")])
+def test_a_parameter_it_cannot_use_is_a_400_naming_it(served: tuple[str, IssuesResult],
+                                                      query: str, parameter: str) -> None:
+    """docs/api.md: a bad ``offset`` or ``limit`` is a 400 as for ``/v1/evaluations``, which
+    refuses an unknown, a repeated or an empty parameter. Here they were taken silently: an
+    unknown one ignored (a client's typo, ``?ofset=100``, paged from 0 again), a repeated one
+    read as its first value, an empty one as the default."""
+    url, result = served
+    status, body = _get(f"{url}/v1/issues/{result.issues[0].issue_id}/runs?{query}")
+    answer = json.loads(body)
+    assert (status, answer["parameter"]) == (400, parameter), answer
+    assert answer["error"].startswith(f"{parameter}: ")
+
+
 def test_the_ui_links_the_runs_count_to_every_run(served: tuple[str, IssuesResult]) -> None:
     url, result = served
     issue = max(result.issues, key=lambda i: i.traces)
