@@ -480,11 +480,13 @@ def routes(api: AdminApi, writes: Writes = "open") -> Router:
 def _not_allowed(req: Request, allowed: frozenset[str]) -> Response | None:
     """A path served for other methods only (``GET /v1/feedback``, ``POST /v1/evaluations``):
     405 naming them in ``Allow`` (RFC 9110 15.5.6), not a 404 "unknown path"; None when the
-    path is served for none (after a POST, its unread body closes the connection)."""
+    path is served for none (after a request other than GET or HEAD, its unread body
+    closes the connection)."""
     if not allowed:
         return None
     return _json(405, {"error": f"{quoted(req.path)} takes {', '.join(sorted(allowed))}"},
-                 {"Allow": ", ".join(sorted(allowed))}, close=req.method == "POST")
+                 {"Allow": ", ".join(sorted(allowed))},
+                 close=req.method not in ("GET", "HEAD"))
 
 
 def _auth(config: AdminConfig) -> AdminAuth:
@@ -518,8 +520,9 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
         if (refused := browser_guard(req, path, host_checked(path, req.method))) is not None:
             api.refused("admin", "forbidden")
             return refused
-        if req.method not in _SERVED_METHODS:  # 405 with Allow, whatever the token
-            return _miss(req)
+        if req.method not in _SERVED_METHODS:  # 405 with Allow, whatever the token: the
+            # path's methods (RFC 9110 15.5.6), or the endpoint's for a path none serves
+            return _not_allowed(req, router.allowed(req.path)) or _miss(req)
         write = req.method == "POST"
         authorization = req.header("Authorization")
         ui = _is_ui(path) and not write

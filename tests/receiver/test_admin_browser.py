@@ -239,11 +239,17 @@ def test_the_page_behind_a_proxy_that_rewrites_host_records_an_outcome(
 
 @pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH"])
 @pytest.mark.parametrize("authorization", [None, "r" * 32, "w" * 32])
-def test_a_method_not_served_is_405_with_tokens_too(method: str,
-                                                    authorization: str | None) -> None:
-    """docs/api.md: any method but GET, HEAD and POST is a 405 with Allow. With tokens the
-    token check came first: a PUT was a 401 (no token) or 403 (a read token, "this token may
-    not write"), as if a token could make it served."""
+@pytest.mark.parametrize(("path", "allow"), [
+    ("/v1/feedback", "POST"), ("/v1/evaluations/", "GET, HEAD"),
+    (f"/v1/evaluations/{TRACE}", "GET, HEAD"), ("/nowhere", "GET, HEAD, POST")])
+def test_a_method_not_served_is_405_with_tokens_too(method: str, authorization: str | None,
+                                                    path: str, allow: str) -> None:
+    """docs/api.md: a method no route serves is a 405 with Allow. With tokens the token
+    check came first: a PUT was a 401 (no token) or 403 (a read token, "this token may not
+    write"), as if a token could make it served. Its Allow named every method of the
+    endpoint, GET on /v1/feedback and POST on /v1/evaluations among them, where a client
+    that followed it got another 405: RFC 9110 15.5.6 lists the target's methods (an
+    unknown path: those of the endpoint)."""
     api = Api()
     server = _server(api, AdminConfig(endpoint="127.0.0.1:0", read_tokens={"r": "r" * 32},
                                       write_tokens={"w": "w" * 32}))
@@ -251,11 +257,12 @@ def test_a_method_not_served_is_405_with_tokens_too(method: str,
         headers = {} if authorization is None else {"Authorization": f"Bearer {authorization}"}
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
         try:
-            conn.request(method, "/v1/feedback", FEEDBACK,
+            conn.request(method, path, FEEDBACK,
                          {"Content-Type": "application/json", **headers})
             resp = conn.getresponse()
             resp.read()
-            assert (resp.status, resp.getheader("Allow")) == (405, "GET, HEAD, POST")
+            assert (resp.status, resp.getheader("Allow")) == (405, allow)
+            assert resp.getheader("Connection") == "close"  # its body was not read
         finally:
             conn.close()
         assert api.outcomes == []

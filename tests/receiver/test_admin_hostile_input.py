@@ -293,7 +293,7 @@ def _feedback(trace_id: str, outcome: object) -> Sent:
     (Sent("GET", "/v1/evaluations/" + "%00" * 20_000), 404, "no evaluation for trace '%00"),
     (Sent("GET", "/v1/sessions/" + "%7F" * 20_000), 404, "no session '\\x7f"),
     (Sent("GET", "/v1/nothing/" + "\x7f" * 60_000), 404, "unknown path '/v1/nothing/\\x7f"),
-    (Sent("X" * 60_000, "/metrics"), 405, "'XXXX"),
+    (Sent("X" * 60_000, "/nowhere"), 405, "'XXXX"),  # a path none serves: the method
     (Sent("GET", "/v1/evaluations?" + "%00" * 2_700 + "=1"), 400, "\x00" * 100 + ": unknown"),
     (Sent("GET", "/v1/issues/iss_x/runs?limit=" + "²" * 8_000), 400, "limit: must be"),
     (_feedback("\x7f" * 500_000, 1), 400, "trace_id: must be 32 hex"),
