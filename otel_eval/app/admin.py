@@ -278,6 +278,17 @@ def _store_read(respond: Callable[[Request], Response], req: Request,
                            "reason": reason}, {"Retry-After": str(STORE_RETRY_AFTER_S)})
 
 
+def no_params(query: str) -> Response | None:
+    """The 400 of a path that takes no parameter and was given one (its first), as
+    ``/v1/sessions/{id}`` refuses an unknown one; None without any. Taken and not read, a
+    dashboard's ``/v1/issues?service=travel`` got every service's issues as if filtered."""
+    name = next(iter(parse_qs(query, keep_blank_values=True)), None)
+    if name is None:
+        return None
+    e = QueryError(name, "unknown parameter (this path takes none)")
+    return _error(400, str(e), parameter=e.param)
+
+
 def page_params(query: str, default_limit: int = 100) -> tuple[int, int]:
     """(offset, limit) of ``?offset=&limit=``; QueryError naming the bad parameter (digits
     0-9 only: ``int`` refuses the superscripts ``str.isdigit`` takes, and 4,300 digits), as
@@ -354,13 +365,17 @@ class _Routes:
             return _json(200, {"status": "ok"})
         return _json(503, {"status": "unavailable", "reason": self.api.unready()})
 
-    def evaluation(self, _req: Request, found: re.Match[str]) -> Response:
+    def evaluation(self, req: Request, found: re.Match[str]) -> Response:
+        if (refused := no_params(req.query)) is not None:
+            return refused
         trace_id = found.group(1).lower()
         body = self.api.get(trace_id) if is_trace_id(trace_id) else None
         return _json(200, body) if body else _error(
             404, f"no evaluation for trace {quoted(trace_id)}")
 
-    def issues(self, _req: Request, _found: re.Match[str]) -> Response:
+    def issues(self, req: Request, _found: re.Match[str]) -> Response:
+        if (refused := no_params(req.query)) is not None:
+            return refused
         issues = self.api.issues()
         return _json(200, issues) if issues is not None else _error(
             404, "issue clustering is not enabled (issues.interval_s)")
@@ -375,7 +390,9 @@ class _Routes:
         return _json(200, page) if page is not None else _error(
             404, f"no issue {issue_id!r} in the last clustering run")
 
-    def calibration(self, _req: Request, _found: re.Match[str]) -> Response:
+    def calibration(self, req: Request, _found: re.Match[str]) -> Response:
+        if (refused := no_params(req.query)) is not None:
+            return refused
         found = self.api.calibration()
         return _json(200, found) if found is not None else _error(
             404, "calibration is not served here")

@@ -198,6 +198,22 @@ def test_an_issue_s_share_over_the_runs_is_a_line_with_its_numbers_in_words() ->
     assert "<svg" not in lone  # one run is no line
 
 
+@pytest.mark.parametrize(("path", "parameter"), [
+    (f"/v1/evaluations/{GUIDE_ID}?revision=0", "revision"),
+    ("/v1/evaluations/" + "f" * 32 + "?fields=verdict", "fields"),
+    ("/v1/issues?service=travel", "service"), ("/v1/issues/?agent=", "agent"),
+    ("/v1/calibration?agent=planner", "agent")])
+def test_a_path_that_takes_no_parameter_refuses_one(ui_url: str, path: str,
+                                                    parameter: str) -> None:
+    """docs/api.md: a bad or unknown parameter is a 400 naming it, as /v1/sessions/{id}
+    answers. These paths took any and read none: a dashboard's /v1/issues?service=travel
+    got every service's issues, as if filtered."""
+    status, _, body = _exchange(ui_url, "GET", path)
+    answer = json.loads(body)
+    assert (status, answer["parameter"]) == (400, parameter), answer
+    assert answer["error"].startswith(f"{parameter}: unknown parameter")
+
+
 def _exchange(url: str, method: str, path: str, **headers: str
               ) -> tuple[int, dict[str, str], bytes]:
     """(status, headers without Date, body) of one request on its own connection."""
