@@ -216,8 +216,10 @@ class EvaluationQuery:
             raise QueryError("limit", f"must be an integer in 1..{MAX_LIMIT}")
         if self.status is not None and self.status not in STATUSES:
             raise QueryError("status", f"must be one of {', '.join(STATUSES)}")
-        kinds = detector_kinds(self.detector)[1] if self.detector is not None else []
-        if len(kinds) > MAX_KINDS or "" in kinds:
+        name, kinds = detector_kinds(self.detector) if self.detector is not None else ("-", [])
+        # "loop:" (read as any kind) and ":kind" (no detector's: an empty page) are typos
+        if not name or (self.detector or "").endswith(":") or len(kinds) > MAX_KINDS \
+                or "" in kinds:
             raise QueryError("detector", f"expected detector, detector:kind or "
                                          f"detector:kind,kind (at most {MAX_KINDS} kinds)")
 

@@ -192,9 +192,10 @@ class SessionQuery:
         values = single_values(params, PARAMETERS)
         kwargs = filter_values(values, _TEXT)
         if values.get("detector"):
-            if len(values["detector"]) > MAX_DETECTOR_CHARS:
-                raise QueryError("detector", f"at most {MAX_DETECTOR_CHARS} characters "
-                                 "(detector or detector:kind)")
+            name, colon, kind = values["detector"].partition(":")
+            if len(values["detector"]) > MAX_DETECTOR_CHARS or not name or (colon and not kind):
+                raise QueryError("detector", "expected detector or detector:kind, at most "
+                                 f"{MAX_DETECTOR_CHARS} characters")
             kwargs["detector"] = values["detector"]
         time_bounds(values, kwargs)
         windowed(values, kwargs, "counted_window", "counted_since", "counted_until")

@@ -101,8 +101,10 @@ def test_the_detector_filter_keeps_sessions_with_that_session_finding(
     rest = reader.page(SessionQuery(detector="budget", limit=1,
                                     cursor=SessionCursor.decode(first["next_cursor"])))
     assert [r["session_id"] for r in rest["sessions"]] == ["s01"]
-    with pytest.raises(QueryError, match="detector"):
-        SessionQuery.from_params({"detector": ["x" * 200]})
+    for malformed in ("x" * 200, "loop:", ":repeated_across_turns"):  # the last two were
+        # read as "loop" (any kind) and as no detector's finding (an empty page)
+        with pytest.raises(QueryError, match="detector"):
+            SessionQuery.from_params({"detector": [malformed]})
     store.close()
 
 

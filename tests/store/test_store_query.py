@@ -90,6 +90,7 @@ def test_filters_over_http(tmp_path: Path, params: dict[str, str], expected: lis
     ({"since": "inf"}, "since"), ({"cursor": "%%%"}, "cursor"), ({"cursor": "YWJj"}, "cursor"),
     ({"agnet": "coder"}, "agnet"),
     ({"detector": "budget:a,,b"}, "detector"),
+    ({"detector": "loop:"}, "detector"), ({"detector": ":stagnation"}, "detector"),
     ({"detector": "budget:" + ",".join(f"k{i}" for i in range(17))}, "detector"),
 ])
 def test_a_bad_parameter_is_a_400_naming_it(tmp_path: Path, params: dict[str, str],
