@@ -132,6 +132,9 @@ print(peak() - before, DecodeBudget(1 << 40).cost(body))
 """
 
 
+GRANULARITY = 1 << 20  # what a peak measured in a process may differ by, whatever the request
+
+
 def _held_and_charged(body: bytes) -> tuple[int, int]:
     out = subprocess.run([sys.executable, "-c", _HELD], input=body, capture_output=True,
                          check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -181,7 +184,10 @@ def test_the_charge_holds_the_peak_of_a_request_of_long_strings(invalid_utf8: bo
     body = _ld(1, _ld(2, spans))
     held, charged = _held_and_charged(body)
     assert held > 2.5 * len(body)  # the case is what it says: the peak is the strings'
-    assert charged >= held, (held, charged)
+    # the charge is 3 B a byte and the peak 3x its bytes give or take the allocator's and the
+    # pages' slack (-60 to +20 kB over runs, and lazy imports of the code decoding runs);
+    # that slack is no per-byte undercount: 2 B a byte was short by 20 MB here
+    assert charged + GRANULARITY >= held, (held, charged)
 
 
 def _agent_request(size: int) -> bytes:
