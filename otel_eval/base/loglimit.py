@@ -19,11 +19,17 @@ class LogLimiter:
         self._clock = clock
         self._next = -float("inf")  # when the next line may be written
         self._left_out = 0  # events not logged since the last line
+        self._lines = 0  # lines let through
         self._lock = threading.Lock()  # uncontended but for the admin endpoint's threads
 
     def allow(self) -> int | None:
         """None: leave this event out of the log. Else log it, with the number returned:
         the events left out since the last line (0: none)."""
+        line = self.take()
+        return None if line is None else line[0]
+
+    def take(self) -> tuple[int, bool] | None:
+        """``allow``, with whether the line is the first this limiter lets through."""
         with self._lock:
             now = self._clock()
             if now < self._next:
@@ -31,7 +37,8 @@ class LogLimiter:
                 return None
             left_out, self._left_out = self._left_out, 0
             self._next = now + self._interval_s
-            return left_out
+            self._lines += 1
+            return left_out, self._lines == 1
 
     @staticmethod
     def since(left_out: int, what: str) -> str:
@@ -46,3 +53,24 @@ def failed_line(limiter: LogLimiter, logger: logging.Logger, what: str, *args: o
     if left_out is not None:
         logger.warning(what + "%s", *args, LogLimiter.since(left_out, "evaluation failures"),
                        exc_info=logger.isEnabledFor(logging.DEBUG))
+
+
+def limited_line(limiter: LogLimiter, logger: logging.Logger, what: str, *args: object,
+                 counted: str, level: int = logging.WARNING) -> None:
+    """``what % args`` at ``level``, unless ``limiter`` leaves it out; a line let through
+    names how many ``counted`` it left out since the last."""
+    left_out = limiter.allow()
+    if left_out is not None:
+        logger.log(level, what + "%s", *args, LogLimiter.since(left_out, counted))
+
+
+def bug_line(limiter: LogLimiter, logger: logging.Logger, what: str, *args: object,
+             counted: str) -> None:
+    """In an ``except`` block: a bug's ERROR line ``what % args``, unless ``limiter`` leaves
+    it out; the traceback with the first line (what to fix), then only at DEBUG: the same
+    bug hit by every trace or request is one traceback, then a count every interval."""
+    line = limiter.take()
+    if line is not None:
+        left_out, first = line
+        logger.error(what + "%s", *args, LogLimiter.since(left_out, counted),
+                     exc_info=first or logger.isEnabledFor(logging.DEBUG))

@@ -121,12 +121,14 @@ class Evaluator:
                  clock: Callable[[], float] = time.monotonic) -> None:
         """``references`` (the set the serving process loaded, handed to its workers) wins
         over ``references_path``, which wins over ``detectors.references_path``.
-        ``failure_log`` limits the per-trace lines of failures (``clock``: its time);
+        ``failure_log`` limits the per-trace lines of failures, ``store_log`` those of
+        rows the store would not take (``evaluate.stage``) (``clock``: their time);
         evaluating is single-threaded (the engine's thread, or a worker process)."""
         self.config = config
         refs = references if references is not None else (
             load_references(references_path) if references_path else None)  # else config's
         self.failure_log = LogLimiter(FAILURE_LOG_INTERVAL_S, clock)
+        self.store_log = LogLimiter(FAILURE_LOG_INTERVAL_S, clock)
         self.detectors = Detectors(config.detectors, refs, self.failure_log)
         self._wall_clock = wall_clock
         self.predictor = _predictor(config, model)

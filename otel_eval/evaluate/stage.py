@@ -44,7 +44,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from otel_eval.base.loglimit import failed_line
+from otel_eval.base.loglimit import failed_line, limited_line
 from otel_eval.base.model import Trace, content_digest, content_ids
 from otel_eval.base.results import Evaluation
 from otel_eval.base.text import valid_text
@@ -83,7 +83,8 @@ def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Seq
     lost connection: ``store.failures``), nothing of the batch is stored and every outcome
     says why (``unstored``). Any other exception (the driver refusing one row's data, building
     a row) is one trace's: the batch is stored trace by trace, and the trace that still fails
-    is stored as an evaluation error, or dropped (``UNSTORABLE``) when even that fails."""
+    is stored as an evaluation error, or dropped (``UNSTORABLE``) when even that fails: said
+    in a line per ``evaluator.store_log`` interval, with a count of those left out."""
     try:
         return _store_fresh(evaluator, store, traces, retried_since_ns)
     except Exception as e:  # stage boundary: the store's errors become values
@@ -91,8 +92,9 @@ def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Seq
         if reason in STORE_REFUSALS:
             return _refused(store, traces, reason, e)
         if len(traces) > 1:
-            log.warning("storing a batch of %d trace(s) failed (%s); storing them one by one",
-                        len(traces), _one_line(e))
+            limited_line(evaluator.store_log, log, "storing a batch of %d trace(s) failed "
+                         "(%s); storing them one by one", len(traces), _one_line(e),
+                         counted="store failures")
             return [out for t in traces
                     for out in evaluate_and_store(evaluator, store, [t], retried_since_ns)]
         return [_store_error(evaluator, store, traces[0], e)]
@@ -116,8 +118,9 @@ def _store_error(evaluator: Evaluator, store: EvaluationStore, trace: Trace,
     dropped (``UNSTORABLE``, counted by the engine) when even building that fails. A store
     that refuses the small error record too is the store's own failure (a missing table, a
     revoked grant), not this trace's: the trace is kept and retried, never dropped."""
-    log.warning("trace %s could not be stored (%s); storing it as an evaluation error",
-                trace.trace_id, _one_line(error))
+    limited_line(evaluator.store_log, log, "trace %s could not be stored (%s); storing it "
+                 "as an evaluation error", trace.trace_id, _one_line(error),
+                 counted="store failures")
     [out] = store_as_errors(evaluator, store, [trace], error)
     return out
 
