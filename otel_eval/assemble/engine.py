@@ -47,6 +47,7 @@ from otel_eval.assemble.finishing import Finishing, Sink
 from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
 from otel_eval.base.backoff import Backoff
+from otel_eval.base.loglimit import limited_line
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode.otlp_logs import HeldRecord, hold
 from otel_eval.evaluate.handoff import EvaluationStage
@@ -289,8 +290,9 @@ class Engine:
             return "no_spans"
         try:
             return "late" if self._stored(trace_id) is not None else "no_spans"
-        except Exception:  # the store unreadable: the records are dropped all the same
-            log.exception("reading the stored run of trace %s failed", trace_id)
+        except Exception as e:  # the store unreadable: the records are dropped all the same
+            limited_line(self.finishing.read_log, log, "reading the stored run of trace %s "
+                         "failed (%s)", trace_id, type(e).__name__, counted="failed store reads")
             return "no_spans"
 
     # --- release and evaluation (worker thread, or tests by hand) ------------------------------

@@ -72,6 +72,7 @@ from otel_eval.assemble.durability import Durability
 from otel_eval.assemble.service_load import ServiceLoad
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.component import DeliveringSink, Held, Sink, settle
+from otel_eval.base.loglimit import LogLimiter, limited_line
 from otel_eval.base.model import Trace, content_digest
 from otel_eval.base.results import Evaluation, stored_evaluation
 from otel_eval.evaluate.handoff import (
@@ -88,6 +89,9 @@ from otel_eval.outputs.sender import INTERNAL_ERROR
 from otel_eval.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+# Seconds between two lines of failed store reads (the rest counted in the next).
+STORE_READ_LOG_INTERVAL_S = 10.0
 
 
 class Finishing:
@@ -107,6 +111,9 @@ class Finishing:
         self._durability = durability
         self._metrics = metrics
         self._clock = clock
+        # a store that cannot answer: a line per interval, not one per replayed trace (the
+        # engine's reads for log records only use it too)
+        self.read_log = LogLimiter(STORE_READ_LOG_INTERVAL_S, clock)
         self._batch_size = batch_size
         self._lock = lock  # the engine's: guards the queue and the counters
         self._gauges = gauges  # the engine's gauges, called with the lock held
@@ -325,8 +332,9 @@ class Finishing:
                 if found is not None:
                     ev = stored_evaluation(trace, found[0], found[1])
             except Exception as e:  # stage boundary: the spans still go on
-                log.exception("reading the stored evaluation of trace %s failed; passing it "
-                              "on as it came", trace.trace_id)
+                limited_line(self.read_log, log, "reading the stored evaluation of trace %s "
+                             "failed; passing it on as it came (%s)", trace.trace_id,
+                             type(e).__name__, counted="failed store reads")
                 self._metrics.evaluation.failed("stored_read", type(e).__name__[:64])
         for sink in delivering:
             try:
