@@ -14,17 +14,21 @@ evaluator drops the second copy of a span as ``duplicate_span``, of a log record
 A trace whose record is larger than a Kafka record may be can never be written: its spans
 (log records) are rejected with reason ``record_too_large`` (a partial success, not retried)
 and the request's other traces are taken.
+While Kafka is down every request is throttled: said in a line per ``PUBLISH_LOG_INTERVAL_S``,
+with a count of the requests left out, not a line per request.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
 from otel_eval.assemble.engine import Admission
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.kafka.stats import RECORD_TOO_LARGE
+from otel_eval.base.loglimit import LogLimiter, limited_line
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode.encode import encode_spans
 from otel_eval.decode.otlp_logs import HeldRecord
@@ -32,13 +36,20 @@ from otel_eval.receive.kafka.publisher import KafkaPublisher, RecordsTooLarge
 
 log = logging.getLogger(__name__)
 
+# Seconds between two lines of failed publishes (the rest counted in the next).
+PUBLISH_LOG_INTERVAL_S = 10.0
+
 
 class PublishingEngine:
     def __init__(self, publisher: KafkaPublisher, loop: LoopThread,
-                 timeout_s: float = 10.0) -> None:
+                 timeout_s: float = 10.0, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: the time of the limit on the failed publishes' lines (the receivers'
+        threads share it)."""
         self.publisher = publisher
         self.loop = loop
         self.timeout_s = timeout_s
+        self._failure_log = LogLimiter(PUBLISH_LOG_INTERVAL_S, clock)
 
     def submit(self, items: Sequence[Span] | Sequence[LogEvent] | Sequence[HeldRecord],
                source: str = "otlp",
@@ -66,8 +77,9 @@ class PublishingEngine:
         except RecordsTooLarge as e:
             return _partly(records, e)
         except Exception as e:  # as for spans: the exporter retries
-            log.warning("kafka publish of log records failed (%s: %s); throttling the "
-                        "exporter", type(e).__name__, e)
+            limited_line(self._failure_log, log, "kafka publish of log records failed (%s: "
+                         "%s); throttling the exporter", type(e).__name__, e,
+                         counted="failed kafka publishes")
             return Admission(throttled="kafka_unavailable")
         return Admission(accepted=len(records))
 
@@ -86,8 +98,8 @@ class PublishingEngine:
             adm.rejected.update(unevaluable)
             return adm
         except Exception as e:  # broker down, timeout, record too large: the client retries
-            log.warning("kafka publish failed (%s: %s); throttling the exporter",
-                        type(e).__name__, e)
+            limited_line(self._failure_log, log, "kafka publish failed (%s: %s); throttling "
+                         "the exporter", type(e).__name__, e, counted="failed kafka publishes")
             return Admission(throttled="kafka_unavailable")
         return Admission(accepted=len(spans), rejected=Counter(unevaluable))
 
