@@ -11,7 +11,9 @@ deliver (``send_failed``) is dropped and counted, and the next is sent. Every dr
 twice: as a Kafka record not written (``kafka_publish_dropped_total{topic="results"}``) and as
 a result sink's drop (``sink_dropped_total{sink="results"}``, the series every result sink's
 drops are in and ``OtelEvalResultsDropped`` reads), its reason there from
-``outputs.sender.DROP_REASONS`` (``record_too_large`` is ``too_large``).
+``outputs.sender.DROP_REASONS`` (``record_too_large`` is ``too_large``). Their lines are one
+per ``SEND_LOG_INTERVAL_S`` at most, the next saying how many it left out (a broker away
+refuses every record).
 A re-evaluated trace is published again with the same key, so compacted topics keep the last;
 so is a judged one, once its judgement (or the judge's skip) is stored (``publish``, from the
 judge stage): the record then holds the ``judge`` the results API returns, as the last
@@ -58,6 +60,7 @@ from otel_eval.base.component import Held, OnLoop, settle
 from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import RECORD_TOO_LARGE, KafkaMetrics, KafkaStats
+from otel_eval.base.loglimit import LogLimiter, limited_line
 from otel_eval.base.model import Trace
 from otel_eval.base.results import Evaluation
 from otel_eval.outputs.deps import Deps
@@ -71,6 +74,9 @@ log = logging.getLogger(__name__)
 # the same word in both.
 _SINK_REASON = {RECORD_TOO_LARGE: "too_large"}
 
+# Seconds between two lines of records not published (the rest counted in the next).
+SEND_LOG_INTERVAL_S = 10.0
+
 
 class ResultsPublisher:
     """A ``pipeline.Sink``. ``await start()`` on the service loop, ``await shutdown(s)``."""
@@ -79,8 +85,11 @@ class ResultsPublisher:
     delivers = True  # base.component.DeliveringSink: held in the spool until delivered
 
     def __init__(self, config: KafkaConfig, metrics: KafkaMetrics | None = None,
-                 sink_dropped: Callable[[str, str, int], None] | None = None) -> None:
+                 sink_dropped: Callable[[str, str, int], None] | None = None, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: the time of the limit on the failed publishes' lines."""
         self.config = config
+        self._failure_log = LogLimiter(SEND_LOG_INTERVAL_S, clock)
         self.metrics: KafkaMetrics = metrics if metrics is not None else KafkaStats()
         # (sink, reason, items): ``SinkMetrics.dropped``, otel_eval_sink_dropped_total
         self._sink_dropped = sink_dropped
@@ -250,8 +259,8 @@ class ResultsPublisher:
             except KafkaError as e:  # refused before it was sent: this record alone
                 self._queue.popleft()
                 too_large = isinstance(e, MessageSizeTooLargeError)  # it can never fit
-                log.warning("kafka results: trace %s not published (%s)", trace_id,
-                            type(e).__name__)
+                limited_line(self._failure_log, log, "kafka results: trace %s not published "
+                             "(%s)", trace_id, type(e).__name__, counted="failed publishes")
                 self._dropped(RECORD_TOO_LARGE if too_large else "send_failed", 1)
                 _settle(held)
                 continue
@@ -268,7 +277,8 @@ class ResultsPublisher:
         self._sent = [(f, h) for f, h in self._sent if not f.done()]
         failed = sum(1 for f, _ in known if f.cancelled() or f.exception() is not None)
         if failed:
-            log.warning("kafka results: %d record(s) failed to publish", failed)
+            limited_line(self._failure_log, log, "kafka results: %d record(s) failed to "
+                         "publish", failed, counted="failed publishes")
             self._dropped("send_failed", failed)
         if len(known) - failed:
             self.metrics.published("results", len(known) - failed)
