@@ -56,12 +56,15 @@ def failed_line(limiter: LogLimiter, logger: logging.Logger, what: str, *args: o
 
 
 def limited_line(limiter: LogLimiter, logger: logging.Logger, what: str, *args: object,
-                 counted: str, level: int = logging.WARNING) -> None:
+                 counted: str, level: int = logging.WARNING,
+                 exc_info: BaseException | None = None) -> None:
     """``what % args`` at ``level``, unless ``limiter`` leaves it out; a line let through
-    names how many ``counted`` it left out since the last."""
+    names how many ``counted`` it left out since the last (``exc_info``'s traceback only at
+    DEBUG)."""
     left_out = limiter.allow()
     if left_out is not None:
-        logger.log(level, what + "%s", *args, LogLimiter.since(left_out, counted))
+        logger.log(level, what + "%s", *args, LogLimiter.since(left_out, counted),
+                   exc_info=exc_info if logger.isEnabledFor(logging.DEBUG) else None)
 
 
 def bug_line(limiter: LogLimiter, logger: logging.Logger, what: str, *args: object,

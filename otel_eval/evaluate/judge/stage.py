@@ -38,7 +38,9 @@ the new revision gets its own judgement).
 The stage is the one writer of a row's ``judge`` part, through the store's write path for it
 (``store.judge_writes.JudgeWrites``: a thread of its own, never the event loop the Kafka
 stages share, writes in the order made); the events of a judgement go out once its write is
-known to have landed; shutdown waits for the writes within its deadline.
+known to have landed; shutdown waits for the writes within its deadline. A store (or
+journal) that cannot answer is said in a line per ``STORE_LOG_INTERVAL_S``, with a count of
+the failures left out, not a line per trace.
 
 Lifecycle: the constructor only constructs; ``start()`` checks the provider credentials,
 opens the rubric cache (``cache_path``), reads the prompts and starts the queue's workers and
@@ -59,6 +61,7 @@ from typing import Any
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.component import Held, settle
 from otel_eval.base.judgement import JUDGED_AT
+from otel_eval.base.loglimit import LogLimiter, limited_line
 from otel_eval.base.model import Trace
 from otel_eval.base.results import Evaluation, stored_evaluation, stored_run_span_id
 from otel_eval.evaluate.config import TrajectoryConfig
@@ -86,6 +89,9 @@ from otel_eval.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
+# Seconds between two lines of the stage's store (and journal) failures.
+STORE_LOG_INTERVAL_S = 10.0
+
 
 def _completion(record: dict[str, Any]) -> tuple[str, int]:
     """The store key of a session record's row and the completion it is (from 1)."""
@@ -100,11 +106,15 @@ class JudgeStage:
                  metrics: Metrics, events: JudgeEvents | None = None, *,
                  cache_path: str = ":memory:",
                  trajectory: TrajectoryConfig | None = None,
-                 results: JudgedResults | None = None) -> None:
+                 results: JudgedResults | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """``cache_path``: the local SQLite file of the rubric cache and the pending journal
         (``store.path``); ``trajectory``: the bounds of a stored result; ``results``: the
-        Kafka results topic, which gets each evaluation again once its judge is stored."""
+        Kafka results topic, which gets each evaluation again once its judge is stored;
+        ``clock``: the time of the limit on the store failures' lines."""
         self.config = config
+        # the writer thread's and the loop's store failures: one line per interval
+        self._store_log = LogLimiter(STORE_LOG_INTERVAL_S, clock)
         self.bounds = trajectory or TrajectoryConfig()
         self.loop = loop
         self.store = store
@@ -471,8 +481,8 @@ class JudgeStage:
         try:
             journal.remove(evaluation.trace_id, evaluation.trajectory.revision)
         except sqlite3.Error as e:  # stored: the next start finds its judge, marks nothing
-            log.error("clearing the journal entry of trace %s failed: %s",
-                      evaluation.trace_id, e)
+            self._store_failed(logging.ERROR, "clearing the journal entry of trace %s "
+                               "failed: %s", evaluation.trace_id, e)
 
     def _after_write(self, evaluation: Evaluation, stored: bool, events: bool,
                      held: Held) -> None:
@@ -499,8 +509,8 @@ class JudgeStage:
             try:
                 got = self.store.get_versioned(evaluation.trace_id)
             except Exception as e:  # the judgement is stored: what we hold goes out
-                log.warning("reading back the judged trace %s failed: %s",
-                            evaluation.trace_id, type(e).__name__)
+                self._store_failed(logging.WARNING, "reading back the judged trace %s failed: "
+                                   "%s", evaluation.trace_id, type(e).__name__)
                 got = None
             if got is None:
                 results.publish(evaluation, held)
@@ -516,11 +526,19 @@ class JudgeStage:
             try:
                 got = self.store.get_versioned(trace_id)
             except Exception as e:  # the skip is stored: the topic misses it, said
-                log.warning("reading back the judged trace %s failed: %s", trace_id,
-                            type(e).__name__)
+                self._store_failed(logging.WARNING, "reading back the judged trace %s "
+                                   "failed: %s", trace_id, type(e).__name__)
                 return
             if got is not None and got[0].get("revision") == revision:
                 results.publish_stored(*got, held=held)
+
+    def _store_failed(self, level: int, what: str, *args: object,
+                      error: BaseException | None = None) -> None:
+        """A line of the store's (or the journal's) failure, unless ``_store_log`` leaves it
+        out: the store down fails every trace's write and read-back (``error``'s traceback
+        at DEBUG)."""
+        limited_line(self._store_log, log, what, *args, counted="judge store failures",
+                     level=level, exc_info=error)
 
     def _written(self, write: Future[bool], evaluation: Evaluation,
                  then: Callable[[Evaluation, Held], None] | None,
@@ -529,8 +547,8 @@ class JudgeStage:
         if write.cancelled():
             return
         if (e := write.exception()) is not None:  # the store's failure: said, judging goes on
-            log.error("storing the judge result of trace %s failed: %s", evaluation.trace_id,
-                      type(e).__name__, exc_info=e)
+            self._store_failed(logging.ERROR, "storing the judge result of trace %s failed: "
+                               "%s: %s", evaluation.trace_id, type(e).__name__, e, error=e)
         elif write.result() and then is not None:
             then(evaluation, held)
 
