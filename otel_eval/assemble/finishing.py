@@ -72,7 +72,7 @@ from otel_eval.assemble.durability import Durability
 from otel_eval.assemble.service_load import ServiceLoad
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.component import DeliveringSink, Held, Sink, settle
-from otel_eval.base.loglimit import LogLimiter, limited_line
+from otel_eval.base.loglimit import BUG_LOG_INTERVAL_S, LogLimiter, bug_line, limited_line
 from otel_eval.base.model import Trace, content_digest
 from otel_eval.base.results import Evaluation, stored_evaluation
 from otel_eval.evaluate.handoff import (
@@ -111,9 +111,9 @@ class Finishing:
         self._durability = durability
         self._metrics = metrics
         self._clock = clock
-        # a store that cannot answer: a line per interval, not one per replayed trace (the
-        # engine's reads for log records only use it too)
+        # a store that cannot answer: a line per interval (the engine's reads use it too)
         self.read_log = LogLimiter(STORE_READ_LOG_INTERVAL_S, clock)
+        self._sink_logs: dict[str, LogLimiter] = {}  # a sink's bug: per sink, by its name
         self._batch_size = batch_size
         self._lock = lock  # the engine's: guards the queue and the counters
         self._gauges = gauges  # the engine's gauges, called with the lock held
@@ -348,8 +348,12 @@ class Finishing:
     def _sink_failed(self, sink: Sink | DeliveringSink, trace: Trace,
                      evaluation: Evaluation | None) -> None:
         """Counted as the sink's own drops are: under its name, by the items the call
-        dropped, reason ``internal_error`` (outputs.sender's closed sets)."""
-        log.exception("sink %s failed on trace %s", sink.name, trace.trace_id)
+        dropped, reason ``internal_error`` (outputs.sender's closed sets). Logged with the
+        traceback once, then a line per interval (a bug every trace hits)."""
+        limiter = self._sink_logs.setdefault(sink.name, LogLimiter(BUG_LOG_INTERVAL_S,
+                                                                   self._clock))
+        bug_line(limiter, log, "sink %s failed on trace %s", sink.name, trace.trace_id,
+                 counted="failures of this sink")
         self._metrics.sinks.dropped(sink.name, INTERNAL_ERROR, sink.items(trace, evaluation))
 
     def _keep(self, refused: list[tuple[Job, Outcome]]) -> None:

@@ -11,6 +11,9 @@ import threading
 import time
 from collections.abc import Callable
 
+# Seconds between two lines of one bug hit over and over (``bug_line``).
+BUG_LOG_INTERVAL_S = 10.0
+
 
 class LogLimiter:
     def __init__(self, interval_s: float,
