@@ -51,6 +51,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
+from otel_eval.base.loglimit import LogLimiter, bug_line
 from otel_eval.base.printable import quoted
 from otel_eval.decode.body import (
     BodyBudget,
@@ -197,6 +198,7 @@ class ListenerBase(socketserver.TCPServer):
     closed: Callable[[str], None]  # count why a connection ended (``CLOSE_REASONS``)
     refused: Callable[[str], None]  # count a request refused before its handler
     budget: BodyBudget | None  # bodies held at once by every connection (None: no bound)
+    handler_log: LogLimiter  # a handler's bug: its traceback once, then counted lines
 
     def http2_client(self, peer: str) -> None:
         """Count (and say) an HTTP/2 client at this HTTP/1.1 port."""
@@ -355,8 +357,9 @@ class Connection(BaseHTTPRequestHandler):
                 resp = srv.error(req, e.status, str(e))
             except (TimeoutError, ConnectionError, _HeaderTooLarge):
                 raise
-            except Exception:  # a handler bug: answered, logged once with its traceback
-                log.exception("%s: %s %s failed", srv.name, self.command, url.path)
+            except Exception:  # a handler bug: answered; its traceback once, then counted
+                bug_line(srv.handler_log, log, "%s: %s %s failed", srv.name, self.command,
+                         url.path, counted="failed requests")
                 resp = srv.error(req, 500, "internal error")
             finally:  # handled: its body is no longer held
                 if self.share is not None:

@@ -43,6 +43,7 @@ from collections.abc import Callable, Collection
 from typing import Any, overload
 
 from otel_eval.base.configcheck import StartupError, parse_endpoint
+from otel_eval.base.loglimit import BUG_LOG_INTERVAL_S, LogLimiter, bug_line
 from otel_eval.decode.body import BodyBudget
 from otel_eval.receive.config import HttpLimits
 from otel_eval.receive.httpconn import LINGER_S, Connection, ListenerBase
@@ -97,6 +98,7 @@ class _Listener(ListenerBase):
         self.budget = server.budget
         self.slots = server.slots  # one set of slots for every address of the endpoint
         self._http2_told = server.http2_told
+        self.handler_log, self._connection_log = server.handler_log, server.connection_log
         self._tls_told = server.tls_told
         self._tls_refusals = server.tls_refusals
 
@@ -178,7 +180,8 @@ class _Listener(ListenerBase):
             self.shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        log.exception("%s: connection from %s failed", self.name, client_address[0])
+        bug_line(self._connection_log, log, "%s: connection from %s failed", self.name,
+                 client_address[0], counted="failed connections")
 
     def http2_client(self, peer: str) -> None:
         """An HTTP/2 client here: most likely a gRPC exporter sent to the HTTP port. Counted
@@ -245,6 +248,9 @@ class HttpServer:
                        if body_budget is not None else None)
         self.http2_told = threading.Event()  # the HTTP/2 client warning was logged
         self.tls_told = threading.Event()  # the TLS client warning was logged
+        # a bug every request (connection) hits: its traceback once, then a line per interval
+        self.handler_log = LogLimiter(BUG_LOG_INTERVAL_S, clock)
+        self.connection_log = LogLimiter(BUG_LOG_INTERVAL_S, clock)
         self.tls_refusals = threading.BoundedSemaphore(_TLS_REFUSALS)  # 503s over TLS now
         self._listeners: list[_Listener] = []
         self._accepting: list[threading.Thread] = []
