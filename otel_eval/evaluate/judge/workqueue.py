@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
+from otel_eval.base.loglimit import BUG_LOG_INTERVAL_S, LogLimiter, bug_line
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge.judge import Judge
 from otel_eval.evaluate.judge.observer import SkipReason
@@ -41,7 +43,9 @@ class JudgeQueue:
 
     def __init__(self, judge: Judge, maxsize: int, on_done: Callable[[Evaluation], None],
                  on_skip: Callable[[Evaluation, str], None],
-                 max_bytes: int = 1 << 62) -> None:
+                 max_bytes: int = 1 << 62, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: the time of the limit on the lines of a bug every trace hits."""
         self.judge = judge
         self.on_done = on_done  # called with evaluation.judge set (on the loop)
         self.on_skip = on_skip  # called with evaluation.judge = {"overall": skipped, reason}
@@ -55,6 +59,8 @@ class JudgeQueue:
         self.judged = 0  # evaluations passed to on_done
         self.skipped: dict[str, int] = {}  # reason -> count
         self.errors = 0  # judge calls that raised (a bug: logged with traceback)
+        self._error_log = LogLimiter(BUG_LOG_INTERVAL_S, clock)  # one place, one limiter
+        self._done_log = LogLimiter(BUG_LOG_INTERVAL_S, clock)
 
     def qsize(self) -> int:
         return self._queue.qsize()
@@ -146,14 +152,16 @@ class JudgeQueue:
             raise
         except Exception:  # stage boundary: a bug in one trace must not kill the worker
             self.errors += 1
-            log.exception("judge failed on trace %s", evaluation.trace_id)
+            bug_line(self._error_log, log, "judge failed on trace %s", evaluation.trace_id,
+                     counted="failed judgements")
             self._skip(evaluation, "worker_error", spent)
             return
         self.judged += 1
         try:
             self.on_done(evaluation)
         except Exception:
-            log.exception("judge on_done callback failed for trace %s", evaluation.trace_id)
+            bug_line(self._done_log, log, "judge on_done callback failed for trace %s",
+                     evaluation.trace_id, counted="failed on_done callbacks")
 
     async def shutdown(self, deadline_s: float) -> None:
         """Stop accepting; drain for at most ``deadline_s`` seconds; then cancel the rest."""

@@ -1,0 +1,52 @@
+"""A judge bug every trace hits (the judgement raises: counted, the trace skipped
+``worker_error``) wrote an ERROR line with a full traceback per trace. The log says the first
+with its traceback, then, after ``BUG_LOG_INTERVAL_S``, a line saying how many it left out."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from support.clock import ManualClock
+
+from otel_eval.base.loglimit import BUG_LOG_INTERVAL_S
+from otel_eval.base.results import Evaluation
+from otel_eval.evaluate.judge.workqueue import JudgeQueue
+
+
+class _Buggy:
+    observer = SimpleNamespace(skip=lambda reason: None)
+
+    async def judge(self, evaluation: Any, spent: Any) -> Any:
+        raise ZeroDivisionError
+
+
+async def _judge(q: JudgeQueue, ids: range) -> None:
+    for n in ids:
+        await q._judge_one(SimpleNamespace(trace_id=f"{n + 1:032x}"),  # type: ignore[arg-type]
+                           None)  # type: ignore[arg-type]
+
+
+def test_a_judge_failing_on_every_trace_is_one_traceback_then_counted_lines(
+        caplog: pytest.LogCaptureFixture) -> None:
+    skipped: list[str] = []
+
+    def on_skip(ev: Evaluation, reason: str) -> None:
+        skipped.append(reason)
+
+    clock = ManualClock()
+    q = JudgeQueue(_Buggy(), 10, lambda ev: None, on_skip,  # type: ignore[arg-type]
+                   clock=clock)
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(_judge(q, range(20)))
+        clock.advance(BUG_LOG_INTERVAL_S)
+        asyncio.run(_judge(q, range(20, 21)))
+    assert skipped == ["worker_error"] * 21 and q.errors == 21
+    got = [r for r in caplog.records if "judge failed on trace" in r.getMessage()]
+    assert len(got) == 2, [r.getMessage() for r in got]
+    assert got[0].exc_info and not got[1].exc_info
+    assert got[1].getMessage().endswith("(19 more failed judgements not logged since the "
+                                        "last)")
