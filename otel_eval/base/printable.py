@@ -97,26 +97,16 @@ def printable(text: str, keep: str = "") -> str:
 
 
 def printable_cut(text: str, chars: int) -> str:
-    """``printable(text)`` cut to at most ``chars`` characters, never inside an escape: a
-    cut after escaping could leave ``\\x`` of ``\\x1b``, a backslash that names no control
-    (read as the text's own), so an escape that does not fit whole is left out."""
-    shown = printable(text[:chars])  # an escape is never shorter than its character
-    if len(shown) <= chars:
-        return shown
-    kept, n = [], 0
-    for c in text[:chars]:
-        e = printable(c)
-        if n + len(e) > chars:
-            break
-        kept.append(e)
-        n += len(e)
-    return "".join(kept)
+    """``printable(text)`` cut to at most ``chars`` characters, never inside an escape
+    (``escaped_cut``)."""
+    return escaped_cut(printable(text[:chars]), chars)  # an escape is never shorter than its char
 
 
 def escaped_cut(shown: str, chars: int) -> str:
-    """``shown`` (text ``printable`` escaped, then reworked: spaces folded) cut to at most
-    ``chars`` characters, never inside an escape: one the cut would split is left out whole
-    (``printable_cut`` is the same for text not escaped yet)."""
+    """``shown`` (text ``printable`` escaped, maybe reworked: spaces folded) cut to at most
+    ``chars`` characters, never inside an escape: a cut there could leave ``\\x`` of
+    ``\\x1b``, a backslash that names no control (read as the text's own), so an escape the
+    cut would split is left out whole (the text's own characters that read as one too)."""
     if len(shown) <= chars:
         return shown
     # an escape is at most 6 characters (\u202e): only one starting in the last 5 can cross
