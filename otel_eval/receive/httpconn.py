@@ -4,8 +4,9 @@
                     -> write -> idle -> next request (keep-alive) ... -> [linger] -> close
 
 A ``Connection`` runs on its own thread, from the slot the listener gave it (``httpslots``)
-to its close; it parses with ``http.server`` and answers through the listener's handler and
-error words (``httpmessage``). It promises:
+to its close; it reads through ``httpstream`` (each read under its phase's deadline), parses
+with ``http.server`` and answers through the listener's handler and error words
+(``httpmessage``). It promises:
 - **deadlines per phase, not per read**: the TLS handshake, request line and headers must
   arrive within ``read_header_timeout_s`` (from accept, or from the first byte of a keep-alive
   request), the whole request within ``read_timeout_s``, the answer be taken within
@@ -64,6 +65,12 @@ from otel_eval.decode.body import (
 from otel_eval.receive.config import HttpLimits
 from otel_eval.receive.httpmessage import ErrorBody, Handler, Request, Response
 from otel_eval.receive.httpslots import Hold
+from otel_eval.receive.httpstream import (
+    TIMEOUT_REASON,
+    DeadlineReader,
+    HeaderTooLarge,
+    Writer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,87 +88,6 @@ LINGER_S = 2.0
 # Headers of every answer a handler does not set itself (lowercase name -> (name, value)).
 _EVERY_ANSWER = {"x-content-type-options": ("X-Content-Type-Options", "nosniff"),
                  "cache-control": ("Cache-Control", "no-store")}
-
-
-class _HeaderTooLarge(Exception):
-    pass
-
-
-class _DeadlineReader(io.RawIOBase):
-    """The socket as read by one connection, each read bounded by the current phase's
-    deadline (absolute, so a trickle cannot stretch it); ``phase`` names it for the count."""
-
-    def __init__(self, sock: socket.socket, clock: Callable[[], float], limits: HttpLimits,
-                 accepted_at: float) -> None:
-        self.sock, self.clock, self.limits = sock, clock, limits
-        self.phase = "header"
-        self.started = accepted_at
-        # when its wait for a request head began (accept, or the end of its last answer):
-        # the connection waiting longest gives way first (``httpslots``)
-        self.since = accepted_at
-        self.deadline = accepted_at + limits.read_header_timeout_s
-        self.header_bytes = 0
-        self.received = 0  # bytes read from the socket so far (``tell``)
-        self.eof = False
-
-    def readable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.received
-
-    def idle(self) -> None:
-        """Between requests: wait up to the idle timeout for the next one's first byte."""
-        self.phase, self.since = "idle", self.clock()
-        self.deadline = self.since + self.limits.idle_timeout_s
-
-    def begin(self, now: float) -> None:
-        """The next request's first byte is in (read now, or read ahead with the previous
-        request): its header deadline, and later its body's, count from ``now``."""
-        if self.phase == "idle":
-            self.phase, self.started = "header", now
-            self.deadline, self.header_bytes = now + self.limits.read_header_timeout_s, 0
-
-    def body(self) -> None:
-        self.phase, self.deadline = "body", self.started + self.limits.read_timeout_s
-
-    def readinto(self, b: Any) -> int:
-        remaining = self.deadline - self.clock()
-        if remaining <= 0:
-            raise TimeoutError(self.phase)
-        self.sock.settimeout(remaining)
-        n = self.sock.recv_into(b)
-        now = self.clock()
-        if now > self.deadline:  # it came, but too late
-            raise TimeoutError(self.phase)
-        self.received += n
-        if n == 0:
-            self.eof = True
-        else:  # in idle, a new request begins: its header deadline starts now
-            self.begin(now)
-        if self.phase == "header":  # bounds what is read; the exact bound: handle_one_request
-            self.header_bytes += n
-            if self.header_bytes > self.limits.max_header_bytes + io.DEFAULT_BUFFER_SIZE:
-                raise _HeaderTooLarge()
-        return n
-
-
-_TIMEOUT_REASON = {"header": "header_timeout", "body": "read_timeout", "write": "write_timeout"}
-
-
-class _Writer:
-    """The answer's bytes, sent whole (``sendall``) under the write deadline."""
-
-    closed = False
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.write = sock.sendall
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
 
 
 class _ContinueFirst:
@@ -225,12 +151,12 @@ class Connection(BaseHTTPRequestHandler):
         self.unread = False  # bytes of the request left unread when the connection closes
         self.share: BodyShare | None = None  # the request's part of the listener's budget
         self.connection = self.request
-        self.reader = _DeadlineReader(self.request, self.server.clock, self.server.limits,
+        self.reader = DeadlineReader(self.request, self.server.clock, self.server.limits,
                                       self.accepted_at)
         self.buffered = io.BufferedReader(self.reader)
         self.rfile = self.buffered
         self.hold.reader = self.reader
-        self.wfile = _Writer(self.request)  # type: ignore[assignment]
+        self.wfile = Writer(self.request)  # type: ignore[assignment]
 
     def finish(self) -> None:
         if self.unread:
@@ -268,9 +194,9 @@ class Connection(BaseHTTPRequestHandler):
                         self.reader.begin(self.server.clock())
                     self.handle_one_request()
         except TimeoutError:
-            if self.reader.phase in _TIMEOUT_REASON:  # an idle keep-alive end is no event
-                self._closed(_TIMEOUT_REASON[self.reader.phase])
-        except _HeaderTooLarge:
+            if self.reader.phase in TIMEOUT_REASON:  # an idle keep-alive end is no event
+                self._closed(TIMEOUT_REASON[self.reader.phase])
+        except HeaderTooLarge:
             self._closed("header_too_large")
             self._try_error(431, "request headers exceed "
                             f"{self.server.limits.max_header_bytes} bytes")
@@ -329,7 +255,7 @@ class Connection(BaseHTTPRequestHandler):
         if not self.parse_request():  # answered (400, 431, 505...)
             return
         if self.rfile.tell() - head_at > self.server.limits.max_header_bytes:
-            raise _HeaderTooLarge()  # what was read ahead past the head is not counted
+            raise HeaderTooLarge()  # what was read ahead past the head is not counted
         if self.reader.eof:
             raise ClientClosed("the client closed inside the request headers")
         self._dispatch()
@@ -355,7 +281,7 @@ class Connection(BaseHTTPRequestHandler):
                 resp = srv.handler(req)
             except BodyError as e:
                 resp = srv.error(req, e.status, str(e))
-            except (TimeoutError, ConnectionError, _HeaderTooLarge):
+            except (TimeoutError, ConnectionError, HeaderTooLarge):
                 raise
             except Exception:  # a handler bug: answered; its traceback once, then counted
                 bug_line(srv.handler_log, log, "%s: %s %s failed", srv.name, self.command,

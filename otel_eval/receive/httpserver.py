@@ -7,7 +7,8 @@ A handler is a plain function ``Request -> Response`` (``httpmessage``). Everyth
 connections is here, the same for every listener, as Go's ``net/http.Server`` has it, in three
 modules: this one binds and accepts (``HttpServer``: a listener per address of its endpoint,
 a thread per connection), ``httpslots`` says which connections are served, and ``httpconn``
-serves one, request after request. Together they promise:
+serves one, request after request (its bytes read and written by ``httpstream``). Together
+they promise:
 - **deadlines per phase, not per read** (``httpconn``): the TLS handshake and the request
   head within ``read_header_timeout_s``, the whole request within ``read_timeout_s``, the
   answer taken within ``write_timeout_s``, an idle keep-alive within ``idle_timeout_s``; a
