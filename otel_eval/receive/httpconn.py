@@ -32,6 +32,10 @@ with ``http.server`` and answers through the listener's handler and error words
   ``closeWriteAndWait``, nginx's lingering close). Closing a socket with unread bytes sends
   a reset, and a client still writing the body of a refused 1 MiB request would get
   ``ECONNRESET`` / ``EPIPE`` instead of the 413;
+- **every answer is an HTTP/1.1 answer**: a status line, ``Content-Type`` and
+  ``Content-Length``, and ``Connection: close`` when the connection closes after it, refusals
+  of a request line it could not read too (http.server answers those as to HTTP/0.9: a bare
+  body its client cannot read; Go's net/http writes ``HTTP/1.1 400`` and headers);
 - **every answer is neither sniffed nor stored**: ``X-Content-Type-Options: nosniff`` (a
   browser never reads a JSON body that quotes span content as HTML or script) and
   ``Cache-Control: no-store`` (results, errors and the server's own refusals are not kept by
@@ -314,6 +318,11 @@ class Connection(BaseHTTPRequestHandler):
     def _write(self, resp: Response, close: bool) -> None:
         self.reader.phase = "write"
         self.request.settimeout(self.server.limits.write_timeout_s)
+        if self.request_version == "HTTP/0.9":
+            # http.server's version until it read one from the request line: it writes an
+            # HTTP/0.9 answer, a body without status line nor headers, which an HTTP/1.x
+            # client cannot read. Every answer is HTTP/1.1, as Go's net/http writes its own.
+            self.request_version = self.protocol_version
         self.send_response(resp.status)
         self.send_header("Content-Type", resp.content_type)
         self.send_header("Content-Length", str(len(resp.body)))

@@ -5,6 +5,9 @@ receiver (protocol ``http``) and the admin listener (``admin``), so an operator 
 speaking the wrong protocol, not only a connection that closed.
 
 Over raw sockets: the answer is read to the close, and the server counts before it writes.
+Every refusal is a whole HTTP/1.1 answer, as Go's net/http writes its own: a status line, the
+body's type and length, and ``Connection: close`` (http.server answered a request line it could
+not read as if to HTTP/0.9: a bare body, unreadable by an HTTP/1.1 client).
 """
 
 from __future__ import annotations
@@ -47,6 +50,19 @@ def _refusals(h: Harness, protocol: str) -> dict[str, float]:
             and s.labels["protocol"] == protocol}
 
 
+def _whole_answer(answer: bytes, status: bytes) -> bytes:
+    """Check ``answer`` is an HTTP/1.1 answer of ``status``, framed and closing; its body."""
+    head, sep, body = answer.partition(b"\r\n\r\n")
+    assert sep, answer[:200]
+    lines = head.split(b"\r\n")
+    assert lines[0].startswith(b"HTTP/1.1 " + status + b" "), answer[:200]
+    fields = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(b":") for ln in lines[1:])}
+    assert fields.get(b"content-type"), head
+    assert fields.get(b"content-length") == str(len(body)).encode(), head
+    assert fields.get(b"connection") == b"close", head
+    return body
+
+
 def _exchange(port: int, sent: bytes) -> bytes:
     """Send ``sent``, then read the answer to the close."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
@@ -63,16 +79,16 @@ def test_a_request_refused_before_its_handler_is_counted_with_a_reason(
     sent, status, reason = CASES[case]
     with running_service(tmp_path) as h:
         assert h.svc.http is not None
-        answer = _exchange(h.svc.http.port, sent)
-        # (http.server answers a request line it could not read without a status line, as
-        # to HTTP/0.9: the status is then in the body's google.rpc.Status)
-        assert status in answer[:200], answer[:200]
+        _whole_answer(_exchange(h.svc.http.port, sent), status)
         assert _refusals(h, "http") == {reason: 1}
 
 
 def test_the_admin_listener_counts_them_too(tmp_path: Path) -> None:
     with running_service(tmp_path) as h:
-        answer = _exchange(h.svc.admin.port, CASES["http-2-request-line"][0])
-        assert b"Invalid HTTP version" in answer[:200], answer[:200]
-        assert _refusals(h, "admin") == {"unsupported_http_version": 1}
+        for case in ("not-a-request-line", "bad-version", "http-2-request-line"):
+            sent, status, _reason = CASES[case]
+            body = _whole_answer(_exchange(h.svc.admin.port, sent), status)
+            assert body.startswith(b'{"error": '), body
+        assert b"Invalid HTTP version" in body, body
+        assert _refusals(h, "admin") == {"bad_request_line": 2, "unsupported_http_version": 1}
         assert _refusals(h, "http") == {}
