@@ -237,13 +237,17 @@ class Connection(BaseHTTPRequestHandler):
 
     def handle_one_request(self) -> None:
         self.continue_owed = False
+        # nothing of the request is known yet, and nothing of the last one holds: a refusal
+        # before ``parse_request`` (a line past the head's limit, a ClientHello, a line past
+        # 64 KiB) logs and answers with these (unset on a new connection: a traceback)
+        self.requestline = self.request_version = self.command = ""
+        self.raw_requestline = b""
         head_at = self.rfile.tell()
         if (not isinstance(self.request, ssl.SSLSocket)
                 and self.buffered.peek(1)[:1] == _TLS_HANDSHAKE):
             # a ClientHello, not a request line (read as one, it waited for a newline its
             # random bytes may not hold, then was a bare 400): an https:// endpoint here
             self.server.tls_client(self.client_address[0])
-            self.requestline = self.request_version = self.command = ""
             self.send_error(400, "a TLS client at a plain-text port: use http://",
                             reason="tls_client")
             return
@@ -252,7 +256,6 @@ class Connection(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if len(line) > 65536:
-            self.requestline = self.request_version = self.command = ""
             self.send_error(414, "request line too long")
             return
         self.raw_requestline = line

@@ -112,3 +112,21 @@ def test_a_head_past_max_header_bytes_is_refused_431() -> None:
                 s.sendall(head)
                 assert _answer(s).startswith(status), (size, closed)
     assert closed == ["header_too_large", "header_too_large"]
+
+
+
+def test_a_request_line_past_max_header_bytes_on_a_new_connection_is_refused_431() -> None:
+    """A request line alone past the limit is cut while it is read, before http.server set
+    anything of the request: the 431 then failed on the request line it logs (a traceback,
+    the connection closed without a word)."""
+    closed: list[str] = []
+    line = b"GET /" + b"a" * (LIMITS.max_header_bytes + 10_000) + b" HTTP/1.1\r\n\r\n"
+    with (_server(lambda _req: Response(200, b"{}"), lambda: 0.0, closed) as port,
+          socket.create_connection(("127.0.0.1", port), timeout=30) as s):
+        s.sendall(line)
+        answer = b""
+        while piece := s.recv(65536):
+            answer += piece
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:100]
+    assert answer.endswith(b'{"error": "request headers exceed 4096 bytes"}'), answer
+    assert closed == ["header_too_large"]
