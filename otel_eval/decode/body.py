@@ -8,8 +8,10 @@ Every HTTP route (OTLP/HTTP traces and logs, the admin API) reads its body throu
   (the compressed bytes and the decompressed result are both bounded, decompressed as it
   streams in, so a bomb is cut off after ``limit + 64 KiB``);
 - a body that cannot be framed (negative or non-numeric length, "\\u00b2" digits, a bad chunk
-  header) is a ``BodyError`` with the HTTP status to answer (400, 411, 413, 415), never a hang
-  or a read to end of stream; after such an error the connection must be closed;
+  header) is a ``BodyError`` with the HTTP status to answer (400, 411, 413, 415, 501), never a
+  hang or a read to end of stream; after such an error the connection must be closed. One
+  refused on its headers for the sender's setting, not for its bytes, says why in ``reason``
+  (a Content-Encoding or Transfer-Encoding not decoded here, no length nor chunked);
 - a framing field sent twice is read as one list (``field``: RFC 9110 5.3), never its first
   line alone: ``Content-Length: 0`` then ``Content-Length: 40`` is ``"0, 40"``, a 400, not an
   empty body followed by 40 bytes parsed as a next request that a front end reading the other
@@ -143,12 +145,14 @@ def _raw_pieces(headers: Message, rfile: _Stream, limit: int) -> Any:
     te = (field(headers, "Transfer-Encoding") or "").strip().lower()
     if te:
         if te != "chunked":
-            raise BodyError(501, f"unsupported Transfer-Encoding {quoted(te)}")
+            raise BodyError(501, f"unsupported Transfer-Encoding {quoted(te)}",
+                            "unsupported_transfer_encoding")
         yield from _chunks(rfile, limit)
         return
     raw_length = field(headers, "Content-Length")
     if raw_length is None:
-        raise BodyError(411, "a body needs Content-Length or Transfer-Encoding: chunked")
+        raise BodyError(411, "a body needs Content-Length or Transfer-Encoding: chunked",
+                        "length_required")
     if not is_ascii_digits(raw_length.strip()):  # "²".isdigit(), and int() refuses it
         raise BodyError(400, f"invalid Content-Length {quoted(raw_length)}: expected digits 0-9")
     length = int(raw_length)

@@ -30,7 +30,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                (trace requests), grpc_logs|http_logs (logs requests)
                otel_eval_receiver_requests_refused_total{protocol,reason}  unauthenticated|
                forbidden|receive_timeout|unsupported_content_type|
-               unsupported_content_encoding|unsupported_signal|too_large|malformed_request;
+               unsupported_content_encoding|unsupported_transfer_encoding|length_required|
+               unsupported_signal|too_large|malformed_request;
                http|admin: httpserver.REFUSE_REASONS (not HTTP/1.x: request line, headers)
                otel_eval_receiver_connections_closed_total{listener,reason}  http|admin;
                httpserver.CLOSE_REASONS (limits, deadlines, client hang-ups)

@@ -134,3 +134,31 @@ def test_a_request_with_both_framings_is_the_last_on_its_connection(
         s.sendall(chunked + SMUGGLED)
         answers = _answers(s)
     assert len(answers) == 1 and answers[0] in (b"HTTP/1.1 200 ", b"HTTP/1.1 400 "), answers
+
+
+_AUTHED = ["POST /v1/traces HTTP/1.1", "Host: localhost", f"Content-Type: {PB}",
+           "Authorization: Bearer otlp-secret"]
+
+
+@pytest.mark.parametrize(("framing", "status", "reason"), [
+    (["Transfer-Encoding: gzip"], b"501", "unsupported_transfer_encoding"),
+    (["Transfer-Encoding: gzip, chunked"], b"501", "unsupported_transfer_encoding"),
+    ([], b"411", "length_required"),
+], ids=["gzip", "gzip-then-chunked", "no-length"])
+def test_a_framing_not_read_here_is_refused_with_its_own_reason(
+        h: Harness, framing: list[str], status: bytes, reason: str) -> None:
+    """A body framed in a way this server does not read (a transfer coding but chunked, or
+    neither a length nor chunked) is the sender's or its proxy's setting, as an unsupported
+    Content-Encoding is: refused on its headers and counted by its reason, not as
+    malformed_request (a body that was read and could not be decoded)."""
+    assert h.svc.http is not None
+    with _send_head(h.svc.http.port, _AUTHED + framing) as s:
+        assert _head(s).startswith(b"HTTP/1.1 " + status + b" ")
+    refused = {labels["reason"]: n for labels, n in _samples(h, "requests_refused_total")}
+    assert refused == {reason: 1}
+    assert _samples(h, "spans_rejected_total") == []  # no spans were read to reject
+
+
+def _samples(h: Harness, name: str) -> list[tuple[dict[str, str], float]]:
+    return [(s.labels, s.value) for m in h.svc.registry.collect() for s in m.samples
+            if s.name == f"otel_eval_receiver_{name}" and s.value]
