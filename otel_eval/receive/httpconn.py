@@ -259,6 +259,12 @@ class Connection(BaseHTTPRequestHandler):
             self.send_error(414, "request line too long")
             return
         self.raw_requestline = line
+        if len(line.split()) == 2:
+            # no version: HTTP/0.9, which sends no headers (http.server waited for some, then
+            # served it as 0.9); refused at once, as Go's net/http refuses it
+            self.requestline = str(line, "iso-8859-1").rstrip("\r\n")
+            self.send_error(400, f"Bad request syntax ({self.requestline!r}): no HTTP version")
+            return
         if not self.parse_request():  # answered (400, 431, 505...)
             return
         if self.rfile.tell() - head_at > self.server.limits.max_header_bytes:

@@ -39,6 +39,9 @@ CASES = {  # what the client sends -> (status answered, reason counted)
     "http-2-preface": (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", b"505",
                        "unsupported_http_version"),
     "tls-client-hello": (b"\x16\x03\x01\x00\x05hello", b"400", "tls_client"),
+    # HTTP/0.9 (no version, no headers): refused at its line, as Go's net/http does
+    "http-0.9-get": (b"GET /healthz\r\n", b"400", "bad_request_line"),
+    "http-0.9-post": (b"POST /v1/traces\r\n", b"400", "bad_request_line"),
 }
 
 
