@@ -20,7 +20,7 @@ from otel_eval.base.results import Finding
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors, reference
 from otel_eval.evaluate.detectors.calls import Context, RefCall, Reference
-from otel_eval.evaluate.detectors.config import DetectorsConfig
+from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
 from otel_eval.evaluate.trajectory import build_trajectory
 
 SHAPES = ("under the call", "beside the call")
@@ -72,9 +72,9 @@ def _findings(spans: list[Span]) -> list[str]:
     return sorted(f"{f.detector}/{f.kind}" for f in _found(spans))
 
 
-def _found(spans: list[Span]) -> list[Finding]:
+def _found(spans: list[Span], config: DetectorsConfig | None = None) -> list[Finding]:
     t = build_trajectory(trace(*spans), TrajectoryConfig())
-    found, _ = Detectors(DetectorsConfig()).evaluate(t, None)
+    found, _ = Detectors(config or DetectorsConfig()).evaluate(t, None)
     return [f for f in found if f.detector in ("loop", "recovery")]
 
 
@@ -172,3 +172,36 @@ def test_a_coordinator_failure_is_not_recovered_by_its_member(shape: str) -> Non
     call.status, call.status_message = "error", "timed out"
     (f,) = _found(spans)
     assert (f.kind, f.attributes["tool"]) == ("gave_up", "weather_agent")
+
+
+
+ANSWER = "The weather in Paris is sunny today, around twenty degrees with a light breeze."
+
+
+def _answering(spans: list[Span], answers: int = 1) -> list[Span]:
+    """``spans`` with each member's LLM replying ``ANSWER`` ``answers`` times, after its
+    calls."""
+    out = [{"role": "assistant", "parts": [{"type": "text", "content": ANSWER}]}]
+    replies = [span(f"{m.name}-llm{k}", m.name, m.start_ns + 500 + 10 * k,
+                    {"gen_ai.operation.name": "chat",
+                     "gen_ai.output.messages": json.dumps(out)}, end=m.start_ns + 505 + 10 * k)
+               for m in spans if m.name.startswith("member") and "-" not in m.name
+               for k in range(answers)]
+    return sorted(spans + replies, key=lambda s: s.start_ns)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_sub_agent_answering_alike_in_two_invocations_is_no_stagnation(shape: str) -> None:
+    """The coordinator delegates the same task twice and the member answers alike each time:
+    its outputs are compared within each invocation (one output each), not with the other
+    run's, even when two outputs in a row make stagnation (d)."""
+    spans = _answering(_run(shape, [("get_weather", PARIS, "sunny", False)], delegations=2))
+    found = _found(spans, DetectorsConfig(loop=LoopConfig(stagnation_min_run=2)))
+    assert sorted((f.kind, str(f.attributes.get("tool"))) for f in found) == [
+        ("repeated_call", "weather_agent")]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_sub_agent_answering_alike_within_one_invocation_is_stagnation(shape: str) -> None:
+    spans = _answering(_run(shape, [("get_weather", PARIS, "sunny", False)]), answers=3)
+    assert _findings(spans) == ["loop/stagnation"]

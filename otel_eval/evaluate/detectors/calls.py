@@ -258,11 +258,31 @@ def invocations(trajectory: Trajectory) -> dict[str, str | None]:
     return run
 
 
-def calls(trajectory: Trajectory, loop: LoopConfig, tool_cfg: ToolCallConfig) -> list[Call]:
+def invocations_for(trajectory: Trajectory, context: Context) -> dict[str, str | None]:
+    """``invocations`` worked out once per evaluation (the calls and stagnation need it)."""
+    cached = context.memo.get("invocations")
+    if cached is None:
+        cached = context.memo["invocations"] = invocations(trajectory)
+    return cached
+
+
+def by_invocation(steps: Sequence[Step], runs: Mapping[str, str | None]) -> list[list[Step]]:
+    """``steps`` split by the invocation each is part of (``invocations``: ``runs``), each
+    part in order; the run's own agents' steps are one part."""
+    groups: dict[str | None, list[Step]] = {}
+    for s in steps:
+        groups.setdefault(runs.get(s.span_id), []).append(s)
+    return list(groups.values())
+
+
+def calls(trajectory: Trajectory, loop: LoopConfig, tool_cfg: ToolCallConfig,
+          runs: Mapping[str, str | None] | None = None) -> list[Call]:
     """The calls of a trajectory (every agent's, a sub-agent's too), in order, each with its
-    canonical key and the agent run that made it (``Call.agent``)."""
+    canonical key and the agent run that made it (``Call.agent``; ``runs``: the trajectory's
+    ``invocations``, worked out when not given)."""
     out = []
-    runs = invocations(trajectory)
+    if runs is None:
+        runs = invocations(trajectory)
     for s in top_level_tool_steps(trajectory):
         name = s.tool_name or s.name
         text = action_text(s) if is_action_tool(name, loop) else None
@@ -323,7 +343,8 @@ def calls_for(trajectory: Trajectory, config: DetectorsConfig, context: Context)
     """``calls`` computed once per evaluation (loop and recovery both need them)."""
     cached = context.memo.get("calls")
     if cached is None:
-        cached = context.memo["calls"] = calls(trajectory, config.loop, config.tool_call)
+        cached = context.memo["calls"] = calls(trajectory, config.loop, config.tool_call,
+                                               invocations_for(trajectory, context))
     return list(cached)
 
 

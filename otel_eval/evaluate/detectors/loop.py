@@ -22,7 +22,9 @@ Rules (a)-(c) see a code step through the calls of known tools its block made
 Rules (a)-(c), (f) and (g) compare the calls of one agent run (``Call.agent``) with each other:
 in a multi-agent run, the same call made by two agents is not an agent repeating itself, nor
 the same call made by a sub-agent in two of its invocations (each is a run of that agent; a
-repeated invocation is its caller's repeated call).
+repeated invocation is its caller's repeated call). Rule (d) compares the LLM outputs within
+one invocation of a sub-agent a tool call ran (``calls.invocations``; the run's own agents'
+outputs are one sequence): a sub-agent answering alike each time it is invoked is not stagnant.
 LLM -> tool -> LLM alternation is never a loop (only calls are compared), and a repeat after
 a state-changing call (re-running the tests after an edit) is not (b).
 """
@@ -44,8 +46,10 @@ from otel_eval.evaluate.conventions.values import cut_json
 from otel_eval.evaluate.detectors.calls import (
     Call,
     Context,
+    by_invocation,
     call_label,
     calls_for,
+    invocations_for,
     through_code,
 )
 from otel_eval.evaluate.detectors.canonical import arguments_key, canonical_arguments
@@ -470,7 +474,11 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
     llm = trajectory.llm_steps
     # ``Step.kind_unknown``, inlined: read for every step of every run
     unknown_at = [s.index for s in trajectory.steps if "kind" in s.unknown]
-    stagnant = stagnation(llm, cfg, unknown_at)
+    # (d) within each agent run, as the calls (``calls.invocations``): two invocations of a
+    # sub-agent answering alike are no model repeating itself; findings in run order
+    stagnant = sorted((f for own in by_invocation(llm, invocations_for(trajectory, context))
+                       for f in stagnation(own, cfg, unknown_at)),
+                      key=lambda f: f.step_indexes[0])
     if stagnant:
         tools = trajectory.tool_steps
         llm_at, tools_at = [s.index for s in llm], [s.index for s in tools]
