@@ -112,6 +112,17 @@ def _cut_step(step: Step, limit: int) -> int:
     return cut
 
 
+def _fit_together(steps: list[Step], limit: int) -> bool:
+    """Whether the values ``_cut_step`` measures of ``steps`` fit ``limit`` bytes together
+    (then each does: a list's JSON text holds each item's), in one encoding: an object over
+    ``max_value_bytes`` is so for its results and messages (not measured) far more often
+    than for a value, and a value encoded on its own costs a call of the encoder each."""
+    values = [v for s in steps
+              for v in (s.arguments, s.error, *(c.arguments for c in s.tool_calls))
+              if v is not None]
+    return _size(_encoded(values)) <= limit
+
+
 def _emptied(step: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in step.items() if k not in _CONTENT}
     truncated = dict(step.get("truncated") or {})
@@ -256,8 +267,10 @@ def _bound(evaluation: Evaluation, config: TrajectoryConfig) -> None:
     # when no value is cut, the values are the same objects and the text stands.
     body, text = _encode(evaluation)
     fits = text is not None and _size(text) <= config.max_value_bytes
-    values = sum(_cut_step(s, config.max_value_bytes) for s in t.steps
-                 if not fits or (s.tool_calls and s.kind != "llm"))
+    measured = [s for s in t.steps if not fits or (s.tool_calls and s.kind != "llm")]
+    values = 0
+    if measured and not _fit_together(measured, config.max_value_bytes):
+        values = sum(_cut_step(s, config.max_value_bytes) for s in measured)
     if not fits:
         t.task, size = _cut_value(t.task, config.max_value_bytes)
         if size:

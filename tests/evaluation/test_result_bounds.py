@@ -125,8 +125,9 @@ def _one_value(size: int) -> tuple[Evaluation, Step]:
 def test_values_are_measured_one_by_one_only_when_the_whole_is_over_the_value_bound(
         monkeypatch: Any) -> None:
     """A value's JSON is part of the object's: an object within ``max_value_bytes`` has no
-    value over it, and nothing is encoded but the object. Past it, each value is measured;
-    one at the bound is kept (and the object's text stands), one byte more is cut."""
+    value over it, and nothing is encoded but the object. Past it, the values are measured
+    together, then each when together they are over; one at the bound is kept (and the
+    object's text stands), one byte more is cut."""
     from otel_eval.evaluate import bounds
     encoded: list[Any] = []
     measure = bounds._encoded
@@ -137,12 +138,38 @@ def test_values_are_measured_one_by_one_only_when_the_whole_is_over_the_value_bo
     assert encoded == [] and not step.cut and small.encoded is not None
     at_bound, step = _one_value(4096)
     bound(at_bound, cfg)
-    assert encoded == [step.arguments] and not step.cut and not at_bound.findings
+    assert encoded == [[step.arguments], step.arguments]
+    assert not step.cut and not at_bound.findings
     assert at_bound.to_json_text() == json_text(at_bound.to_json())
     over, step = _one_value(4097)
     bound(over, cfg)
     assert step.cut == {"arguments": 4097} and len(json.dumps(step.arguments)) <= 4096
     assert [f.kind for f in over.findings] == ["result_truncated"]
+
+
+def test_values_that_fit_together_are_measured_in_one_encoding(monkeypatch: Any) -> None:
+    """An object over ``max_value_bytes`` whose values are small (its size is in the tool
+    results, which are not measured: a tau-bench run's): the values are encoded together
+    once, as a list, whose text holds each value's; one by one only when that list is over
+    (then each is measured, and only the one over is cut)."""
+    from otel_eval.evaluate import bounds
+    encoded: list[Any] = []
+    measure = bounds._encoded
+    monkeypatch.setattr(bounds, "_encoded", lambda v: encoded.append(v) or measure(v))
+    cfg = TrajectoryConfig(max_value_bytes=4096)
+    steps = [Step(i, f"{i + 1:016x}", None, "tool", "t", tool_name="t", arguments={"q": i},
+                  result="r" * 1000) for i in range(10)]
+    small = Evaluation(Trajectory("a" * 32, "otlp", "complete", steps))
+    bound(small, cfg)
+    assert len(encoded) == 1 and not small.findings and small.encoded is not None
+    assert small.to_json_text() == json_text(small.to_json())
+    encoded.clear()
+    big, step = _one_value(4097)
+    big.trajectory.steps += steps
+    bound(big, cfg)
+    assert len(encoded[0]) == 1 + len(steps)  # together, then each
+    assert all(any(v is s.arguments for v in encoded[1:]) for s in steps)
+    assert step.cut == {"arguments": 4097} and not any(s.cut for s in steps)
 
 
 def test_the_calls_of_a_step_that_is_no_llm_step_are_measured_though_not_stored() -> None:
