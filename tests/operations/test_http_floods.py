@@ -385,6 +385,11 @@ def test_a_tls_listener_answers_503_over_its_limit(tmp_path: Path) -> None:
         srv.shutdown(1.0)
 
 
+def _both_idle(srv: HttpServer) -> bool:
+    return len(srv.slots._general) == 2 and all(
+        h.reader is not None and h.reader.phase == "idle" for h in srv.slots._general)
+
+
 def test_a_proxys_keep_alive_given_up_for_its_new_one_is_the_one_idle_longest() -> None:
     """nginx's ``keepalive``, Envoy's and Go's pools hand out their most recently used idle
     connection first (LIFO), so a proxy's first connection, kept busy, is the one it picks
@@ -403,12 +408,13 @@ def test_a_proxys_keep_alive_given_up_for_its_new_one_is_the_one_idle_longest() 
         for s in pool:
             s.sendall(request)
             assert _one_answer(s).startswith(b"HTTP/1.1 200 ")
+        # idle since now, on the server's side (it marks a connection idle after answering:
+        # advancing the clock before that made the two idle since the same time, under load)
+        poll(lambda: _both_idle(srv), "both idle", timeout_s=10, interval_s=0.01)
         clock.advance(30)
         busy.sendall(request)  # the pool's most recently used, its first: the busy one
         assert _one_answer(busy).startswith(b"HTTP/1.1 200 ")
-        poll(lambda: all(h.reader is not None and h.reader.phase == "idle"
-                         for h in srv.slots._general), "both idle", timeout_s=10,
-             interval_s=0.01)
+        poll(lambda: _both_idle(srv), "both idle", timeout_s=10, interval_s=0.01)
         assert get(srv.port, peer="127.0.0.2").startswith(b"HTTP/1.1 200 ")
         busy.sendall(request)  # still served
         assert _one_answer(busy).startswith(b"HTTP/1.1 200 ")
