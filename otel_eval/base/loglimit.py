@@ -7,6 +7,7 @@ Thread-safe: the admin endpoint calls one from each connection's thread."""
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -50,12 +51,11 @@ class LogLimiter:
 
 
 def failed_line(limiter: LogLimiter, logger: logging.Logger, what: str, *args: object) -> None:
-    """A per-trace failure's warning ``what % args``, unless ``limiter`` leaves it out; the
-    traceback only at DEBUG (not a thousand frames per trace)."""
-    left_out = limiter.allow()
-    if left_out is not None:
-        logger.warning(what + "%s", *args, LogLimiter.since(left_out, "evaluation failures"),
-                       exc_info=logger.isEnabledFor(logging.DEBUG))
+    """In an ``except`` block: a per-trace failure's warning ``what % args``, unless
+    ``limiter`` leaves it out (``limited_line``); the traceback only at DEBUG (not a thousand
+    frames per trace)."""
+    limited_line(limiter, logger, what, *args, counted="evaluation failures",
+                 exc_info=sys.exc_info()[1])
 
 
 def limited_line(limiter: LogLimiter, logger: logging.Logger, what: str, *args: object,

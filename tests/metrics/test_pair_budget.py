@@ -11,22 +11,12 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 from support.clock import ManualClock
+from test_series_cap import _evaluation
 
 from otel_eval.app.config import Config, build
 from otel_eval.app.service import Service
-from otel_eval.base.results import Evaluation, Finding, Verdict
-from otel_eval.base.steps import Step, Trajectory
+from otel_eval.base.results import Evaluation, Verdict
 from otel_eval.telemetry.metrics import OTHER, Metrics
-
-
-def _evaluation(i: int, service: str, agent: str) -> Evaluation:
-    steps = [Step(index=0, span_id="01" * 8, parent_span_id=None, kind="llm", name="chat",
-                  input_tokens=10, output_tokens=2, cost_usd=0.001)]
-    traj = Trajectory(trace_id=f"{i + 1:032x}", source="otlp", status="complete",
-                      steps=steps, service=service, agent=agent, start_ns=0,
-                      end_ns=1_000_000_000)
-    return Evaluation(traj, [Finding("loop", "repeated_call", "warning", "loop")],
-                      Verdict(False, []))
 
 
 def _completed(m: Metrics, service: str, agent: str) -> float | None:
