@@ -50,3 +50,27 @@ def test_a_judge_failing_on_every_trace_is_one_traceback_then_counted_lines(
     assert got[0].exc_info and not got[1].exc_info
     assert got[1].getMessage().endswith("(19 more failed judgements not logged since the "
                                         "last)")
+
+
+def test_an_on_skip_failing_on_every_skip_is_one_traceback_then_counted_lines(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A skip comes per trace whatever the input (over budget, behind, sampled out, off):
+    an ``on_skip`` with a bug wrote a traceback for each."""
+    def on_skip(ev: Evaluation, reason: str) -> None:
+        raise ZeroDivisionError
+
+    clock = ManualClock()
+    off = SimpleNamespace(enabled=False, observer=_Buggy.observer)
+    q = JudgeQueue(off, 10, lambda ev: None, on_skip, clock=clock)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING):
+        for n in range(21):
+            if n == 20:
+                clock.advance(BUG_LOG_INTERVAL_S)
+            ev: Any = SimpleNamespace(trace_id=f"{n + 1:032x}")
+            assert not q.submit(ev)
+    assert q.skipped == {"disabled": 21}
+    got = [r for r in caplog.records if "on_skip callback failed" in r.getMessage()]
+    assert len(got) == 2, [r.getMessage() for r in got]
+    assert got[0].exc_info and not got[1].exc_info
+    assert got[1].getMessage().endswith("(19 more failed on_skip callbacks not logged since "
+                                        "the last)")

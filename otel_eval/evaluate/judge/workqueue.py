@@ -61,6 +61,7 @@ class JudgeQueue:
         self.errors = 0  # judge calls that raised (a bug: logged with traceback)
         self._error_log = LogLimiter(BUG_LOG_INTERVAL_S, clock)  # one place, one limiter
         self._done_log = LogLimiter(BUG_LOG_INTERVAL_S, clock)
+        self._skip_log = LogLimiter(BUG_LOG_INTERVAL_S, clock)  # skips: every trace, over budget
 
     def qsize(self) -> int:
         return self._queue.qsize()
@@ -111,7 +112,8 @@ class JudgeQueue:
         try:
             self.on_skip(evaluation, reason)
         except Exception:  # the sink's failure must not stop judging
-            log.exception("judge on_skip callback failed for trace %s", evaluation.trace_id)
+            bug_line(self._skip_log, log, "judge on_skip callback failed for trace %s",
+                     evaluation.trace_id, counted="failed on_skip callbacks")
 
     async def start(self) -> None:
         self._accepting = True
