@@ -111,8 +111,9 @@ class JudgeStage:
         """``cache_path``: the local SQLite file of the rubric cache and the pending journal
         (``store.path``); ``trajectory``: the bounds of a stored result; ``results``: the
         Kafka results topic, which gets each evaluation again once its judge is stored;
-        ``clock``: the time of the limit on the store failures' lines."""
+        ``clock``: the time of the limits on the stage's and its queue's lines."""
         self.config = config
+        self._clock = clock
         # the writer thread's and the loop's store failures: one line per interval
         self._store_log = LogLimiter(STORE_LOG_INTERVAL_S, clock)
         self.bounds = trajectory or TrajectoryConfig()
@@ -148,7 +149,7 @@ class JudgeStage:
             self._close_cache()
             raise
         self.queue = JudgeQueue(self.judge, self.config.queue_size, self._done, self._skipped,
-                                self.config.max_queue_bytes)
+                                self.config.max_queue_bytes, clock=self._clock)
         # one thread: the judge's writes reach the store one at a time, in order
         self._writer = JudgeWrites(self.store)
         self._writer.start()
