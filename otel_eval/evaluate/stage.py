@@ -259,9 +259,9 @@ def _evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Se
         try:
             _outcomes_recorded_meanwhile(evaluator, store, traces, results, known, history)
         except Exception as e:  # the stored verdicts stand; the next evaluation applies it
-            log.warning("reading the outcomes recorded while %d trace(s) were stored failed "
-                        "(%s); their next evaluation applies them", len(evaluated),
-                        _one_line(e))
+            limited_line(evaluator.store_log, log, "reading the outcomes recorded while %d "
+                         "trace(s) were stored failed (%s); their next evaluation applies "
+                         "them", len(evaluated), _one_line(e), counted="store failures")
     evicted = _remember(store, [ev for ev, _ in results if ev is not None])
     outcomes = [Outcome(None, False, skipped=NOT_A_RUN) if ev is None
                 else Outcome(ev, next(superseded) and ev.trace_id not in own, failure)

@@ -61,3 +61,34 @@ def test_traces_the_driver_refuses_are_one_line_then_a_count(
     assert "storing a batch of 2 trace(s) failed" in got[0], got
     assert got[1].startswith(f"trace {21:032x} could not be stored"), got
     assert got[1].endswith("(29 more store failures not logged since the last)"), got
+
+
+def test_outcomes_a_store_cannot_read_after_each_batch_are_one_line_then_a_count(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A store that answers writes but not the outcome read after each batch's commit (a
+    broken read path) wrote a line per batch: a batch is one trace when traffic is light."""
+    store = open_store(str(tmp_path / "s.db"))
+    feedback_many = store.feedback_many
+    reads: list[int] = []
+
+    def after_the_commit_fails(ids: Any) -> Any:
+        reads.append(1)
+        if len(reads) % 2 == 0:  # the read again after put_many
+            raise OSError("disk I/O error")
+        return feedback_many(ids)
+
+    monkeypatch.setattr(store, "feedback_many", after_the_commit_fails)
+    clock = ManualClock()
+    evaluator = Evaluator(Config(), clock=clock)
+    try:
+        with caplog.at_level(logging.WARNING):
+            outs = [o for n in range(20) for o in evaluate_and_store(evaluator, store, [run(n)])]
+            clock.advance(FAILURE_LOG_INTERVAL_S)
+            outs += evaluate_and_store(evaluator, store, [run(20)])
+    finally:
+        store.close()
+    assert all(o.evaluation is not None and o.failure is None for o in outs)  # all stored
+    got = [g for g in lines(caplog) if g.startswith("reading the outcomes recorded")]
+    assert len(got) == 2, got
+    assert got[1].endswith("(19 more store failures not logged since the last)"), got
