@@ -114,6 +114,7 @@ class Finishing:
         # a store that cannot answer: a line per interval (the engine's reads use it too)
         self.read_log = LogLimiter(STORE_READ_LOG_INTERVAL_S, clock)
         self._sink_logs: dict[str, LogLimiter] = {}  # a sink's bug: per sink, by its name
+        self._metrics_log = LogLimiter(BUG_LOG_INTERVAL_S, clock)  # a trace's metrics' bug
         self._batch_size = batch_size
         self._lock = lock  # the engine's: guards the queue and the counters
         self._gauges = gauges  # the engine's gauges, called with the lock held
@@ -299,7 +300,8 @@ class Finishing:
         try:
             self._metrics.evaluation_stored(evaluation, completion_to_verdict_s, superseded)
         except Exception as e:  # stage boundary: after the commit, before the sinks
-            log.exception("the metrics of trace %s failed", evaluation.trace_id)
+            bug_line(self._metrics_log, log, "the metrics of trace %s failed",
+                     evaluation.trace_id, counted="metrics failures")
             self._metrics.evaluation.failed("metrics", type(e).__name__[:64])
 
     def _to_sinks(self, trace: Trace, evaluation: Evaluation | None, held: Held,

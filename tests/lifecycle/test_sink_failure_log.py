@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -63,3 +64,42 @@ def test_a_sink_failing_on_every_trace_is_one_traceback_then_counted_lines(
         assert got[0].exc_info and not got[1].exc_info
         assert got[1].getMessage().endswith("(19 more failures of this sink not logged "
                                             "since the last)")
+
+
+def _engine(tmp_path: Path, clock: ManualClock) -> tuple[Engine, Store]:
+    cfg = Config()
+    store = Store(str(tmp_path / "store.db"))
+    return Engine(InProcess(Evaluator(cfg), store), StoreHealth(store.location, clock=clock),
+                  Metrics(CollectorRegistry()), assembly=cfg.assembly, clock=clock), store
+
+
+def _one_then_counted(caplog: pytest.LogCaptureFixture, what: str, counted: str) -> None:
+    got = [r for r in caplog.records if what in r.getMessage()]
+    assert len(got) == 2, [r.getMessage() for r in got]
+    assert got[0].exc_info and not got[1].exc_info
+    assert got[1].getMessage().endswith(f"(19 more {counted} not logged since the last)")
+
+
+def test_metrics_failing_on_every_trace_are_one_traceback_then_counted_lines(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The metrics read a stored trace's content: content no reader bounded fails them for
+    every trace like it (counted, ``otel_eval_evaluation_failures_total{stage="metrics"}``),
+    and each wrote a traceback."""
+    clock = ManualClock()
+    engine, store = _engine(tmp_path, clock)
+    monkeypatch.setattr(engine.metrics, "evaluation_stored", _raise)
+    try:
+        with caplog.at_level(logging.WARNING):
+            for n in range(21):
+                if n == 20:
+                    clock.advance(BUG_LOG_INTERVAL_S)
+                ev: Any = SimpleNamespace(trace_id=f"{n + 1:032x}")
+                engine.finishing._observe(ev, 0.0, False)
+    finally:
+        store.close()
+    _one_then_counted(caplog, "the metrics of trace", "metrics failures")
+
+
+def _raise(*_: object) -> None:
+    raise ZeroDivisionError
