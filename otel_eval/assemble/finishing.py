@@ -115,6 +115,7 @@ class Finishing:
         self.read_log = LogLimiter(STORE_READ_LOG_INTERVAL_S, clock)
         self._sink_logs: dict[str, LogLimiter] = {}  # a sink's bug: per sink, by its name
         self._metrics_log = LogLimiter(BUG_LOG_INTERVAL_S, clock)  # a trace's metrics' bug
+        self._waiter_log = LogLimiter(BUG_LOG_INTERVAL_S, clock)  # a waiter's, any thread
         self._batch_size = batch_size
         self._lock = lock  # the engine's: guards the queue and the counters
         self._gauges = gauges  # the engine's gauges, called with the lock held
@@ -289,7 +290,8 @@ class Finishing:
                 try:
                     waiter()
                 except Exception as e:  # a sender's thread must not die of a waiter's bug
-                    log.exception("a waiter of trace %s failed", h.trace_id)
+                    bug_line(self._waiter_log, log, "a waiter of trace %s failed",
+                             h.trace_id, counted="failed waiters")
                     self._metrics.evaluation.failed("release", type(e).__name__[:64])
 
     def _observe(self, evaluation: Evaluation, completion_to_verdict_s: float,

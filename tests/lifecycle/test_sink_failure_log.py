@@ -101,5 +101,23 @@ def test_metrics_failing_on_every_trace_are_one_traceback_then_counted_lines(
     _one_then_counted(caplog, "the metrics of trace", "metrics failures")
 
 
+def test_a_waiter_failing_on_every_trace_is_one_traceback_then_counted_lines(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A waiter (a Kafka record's offset) is called per trace it waits for, on the finishing
+    thread or a sender's: a bug in it wrote a traceback per trace."""
+    clock = ManualClock()
+    engine, store = _engine(tmp_path, clock)
+    try:
+        with caplog.at_level(logging.WARNING):
+            for n in range(21):
+                if n == 20:
+                    clock.advance(BUG_LOG_INTERVAL_S)
+                held = Held(f"{n + 1:032x}", 0, lambda _: None, [_raise])
+                engine.finishing._release([held])
+    finally:
+        store.close()
+    _one_then_counted(caplog, "a waiter of trace", "failed waiters")
+
+
 def _raise(*_: object) -> None:
     raise ZeroDivisionError
