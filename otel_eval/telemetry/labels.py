@@ -100,23 +100,24 @@ class Pairs:
         pair = labels_of(service, agent)
         return pair if pair in self._seen else None
 
-    def expire(self, before: float) -> set[tuple[str, str]]:
+    def expire(self, before: float, drop: Callable[[set[tuple[str, str]], set[str]], None]
+               ) -> set[tuple[str, str]]:
         """The admitted pairs last seen before ``before``, taken out: their places in the
-        budget given back. A scan of the pairs (at most ``2 * max_pairs``)."""
+        budget given back. A scan of the pairs (at most ``2 * max_pairs``). ``drop(gone,
+        services)`` (their series, and those of the services no admitted pair has now) runs
+        under the lock a new pair is admitted under: a pair of such a service admitted in
+        between counted a trace on a series ``drop`` then removed."""
         with self._lock:
             gone = {pair for pair, seen in self._seen.items() if seen < before}
             for pair in gone:
                 del self._seen[pair]
+            if gone:
+                drop(gone, {s for s, _ in gone} - {s for s, _ in self._seen})
             # counted again, not decremented: a trace of a pair taken out here, seen on the
             # lock-free path meanwhile, stores it back uncounted (a place too many, till now)
             reserved = sum(agent in self._reserved for _, agent in self._seen)
             self._counted = [len(self._seen) - reserved, reserved]
         return gone
-
-    def services(self) -> set[str]:
-        """The services of the admitted pairs."""
-        with self._lock:
-            return {service for service, _ in self._seen}
 
 
 def labels_of(service: str | None, agent: str | None) -> tuple[str, str]:
@@ -180,19 +181,18 @@ class SeriesCap:
             if now < self._next_sweep:
                 return
             self._next_sweep = now + self._sweep_every_s
-            gone = self._pairs.expire(now - self._expiration_s)
+            gone = self._pairs.expire(now - self._expiration_s, self._remove)
             if gone:
-                self._remove(gone)
                 for forget in self._forgets:
                     forget(gone)
         finally:
             self._sweeping.release()
 
-    def _remove(self, gone: set[tuple[str, str]]) -> None:
+    def _remove(self, gone: set[tuple[str, str]], services: set[str]) -> None:
         """The series of ``gone`` pairs removed from every metric at once, so ratios of two
-        metrics stay right; a (service, ...) metric's series (agent_source) once no admitted
-        pair has the service. A trace of the pair counted meanwhile may be lost with them."""
-        services = {service for service, _ in gone} - self._pairs.services()
+        metrics stay right; a (service, ...) metric's series (agent_source) of ``services``,
+        which no admitted pair has. Under the pairs' lock (``Pairs.expire``): no pair is
+        admitted meanwhile. A trace of a gone pair counted meanwhile may be lost with them."""
         with self._combos_lock:
             for key, seen in self._combos.items():
                 metric = self._metrics[key]

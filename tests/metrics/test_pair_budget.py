@@ -8,6 +8,7 @@ outside the budget."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from support.clock import ManualClock
@@ -152,9 +153,9 @@ def test_the_expiry_check_is_amortised() -> None:
     pairs = m.traces.cap._pairs
     expire = pairs.expire
 
-    def counted(before: float) -> list[tuple[str, str]]:
+    def counted(before: float, drop: Any) -> set[tuple[str, str]]:
         sweeps.append(before)
-        return expire(before)
+        return expire(before, drop)
 
     pairs.expire = counted  # type: ignore[method-assign]
     for i in range(3_000):  # 3,000 traces over 10 minutes: a scan each minute, not each trace
