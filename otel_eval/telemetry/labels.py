@@ -67,7 +67,8 @@ class Pairs:
     place in a second budget of ``cap`` pairs, its own: junk agent names cannot crowd it out
     (a sender of 250 of them put every later agent under ``_other`` until a restart), and a
     sender spoofing a configured name under many service names fills that one only, so the
-    pairs held stay at most ``2 * cap``. Thread-safe."""
+    pairs held stay at most ``2 * cap``. Thread-safe: the finishing thread and the session
+    job's count per-trace metrics, and either may sweep (``expire``)."""
 
     def __init__(self, cap: int, reserved: Iterable[str] = ()) -> None:
         self._cap = cap
@@ -79,11 +80,11 @@ class Pairs:
     def __call__(self, service: str | None, agent: str | None,
                  now: float = 0.0) -> tuple[str, str]:
         pair = labels_of(service, agent)
-        if pair in self._seen:
-            self._seen[pair] = now  # one store, atomic: no lock on the way of every trace
-            return pair
         if pair == (OTHER, OTHER):  # named so by its sender: the overflow's, never expired
             return pair
+        # Locked for an admitted pair too (uncontended: one per trace): a check, then a
+        # store, lock-free, let ``expire`` take the pair out in between, and the store put it
+        # back uncounted, a place over the budget, kept while the pair stays busy
         with self._lock:
             if pair in self._seen:
                 self._seen[pair] = now
@@ -111,12 +112,9 @@ class Pairs:
             gone = {pair for pair, seen in self._seen.items() if seen < before}
             for pair in gone:
                 del self._seen[pair]
+                self._counted[pair[1] in self._reserved] -= 1
             if gone:
                 drop(gone, {s for s, _ in gone} - {s for s, _ in self._seen})
-            # counted again, not decremented: a trace of a pair taken out here, seen on the
-            # lock-free path meanwhile, stores it back uncounted (a place too many, till now)
-            reserved = sum(agent in self._reserved for _, agent in self._seen)
-            self._counted = [len(self._seen) - reserved, reserved]
         return gone
 
 
