@@ -30,7 +30,10 @@
     POST /v1/feedback                   {"trace_id", "outcome"}: records a known outcome and
                                         re-judges the stored verdict (lucky passes)
     GET  /v1/issues                     recurring issues (when the clustering stage runs)
-    GET  /v1/issues/{id}/runs           every run of one issue, ?offset=&limit= (<= 1000)
+    GET  /v1/issues/{id}/runs           every run of one issue, ?offset=&limit= (<= 1000),
+                                        or ?cursor= (next_cursor: the pages of one
+                                        clustering run, 410 once it is gone;
+                                        otel_eval.outputs.issues.runs)
     GET  /v1/calibration                the judge checked against people: AUC and Cohen's
                                         kappa of every judge score and p_success against the
                                         recorded outcomes, per agent (evaluate.calibration)
@@ -69,12 +72,12 @@ from urllib.parse import parse_qs, unquote
 from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin_access import AdminAuth, basic_as_bearer, browser_guard
-from otel_eval.base.configcheck import FieldErrors, ascii_int, parse_endpoint, validate
+from otel_eval.base.configcheck import FieldErrors, parse_endpoint, validate
 from otel_eval.base.loglimit import LogLimiter
 from otel_eval.base.model import is_trace_id
 from otel_eval.base.printable import quoted
 from otel_eval.decode.body import BodyError, loads_bounded
-from otel_eval.outputs.issues.result import MAX_RUNS_PAGE
+from otel_eval.outputs.issues.runs import RunsAt, RunsGone
 from otel_eval.outputs.ui.outcome import Writes
 from otel_eval.outputs.ui.routes import PAGES, Sources, View
 from otel_eval.outputs.ui.text import Redact
@@ -92,7 +95,7 @@ from otel_eval.receive.security import (
     token_problems,
 )
 from otel_eval.store.failures import write_failure
-from otel_eval.store.query import EvaluationQuery, Page, QueryError, single_values
+from otel_eval.store.query import EvaluationQuery, Page, QueryError
 from otel_eval.store.sessions import AmbiguousSession, SessionQuery, session_service
 from otel_eval.telemetry.metrics import render
 
@@ -208,8 +211,9 @@ class AdminApi:
     ready: Callable[[], bool]
     unready: Callable[[], str] = lambda: "not serving"  # why /readyz answers 503
     issues: Callable[[], dict[str, Any] | None] = lambda: None
-    # (issue id, offset, limit) -> one page of the issue's runs, or None (unknown issue)
-    issue_runs: Callable[[str, int, int], dict[str, Any] | None] = lambda _i, _o, _l: None
+    # (issue id, where) -> one page of the issue's runs, or None (unknown issue); raises
+    # RunsGone for a cursor of a clustering run no longer kept (outputs.issues.runs)
+    issue_runs: Callable[[str, RunsAt], dict[str, Any] | None] = lambda _i, _a: None
     # trace id -> the issues (issue_id, title) of the last clustering run the run is one of
     run_issues: Callable[[str], list[dict[str, str]]] = lambda _t: []
     # the agreement of the judge and the predictor with the recorded outcomes
@@ -289,23 +293,6 @@ def no_params(query: str) -> Response | None:
     return _error(400, str(e), parameter=e.param)
 
 
-def page_params(query: str, default_limit: int = 100) -> tuple[int, int]:
-    """(offset, limit) of ``?offset=&limit=``; QueryError naming the bad parameter (digits
-    0-9 only: ``int`` refuses the superscripts ``str.isdigit`` takes, and 4,300 digits), as
-    ``/v1/evaluations`` names it: an unknown, repeated or empty one too (taken silently, a
-    client's ``?ofset=100`` paged from 0 again)."""
-    params = single_values(parse_qs(query, keep_blank_values=True), ("offset", "limit"))
-    out = []
-    for name, default, low, high in (("offset", 0, 0, 10**9),
-                                     ("limit", default_limit, 1, MAX_RUNS_PAGE)):
-        raw = params.get(name, str(default))
-        value = ascii_int(raw, len(str(high)))
-        if value is None or not low <= value <= high:
-            raise QueryError(name, f"must be an integer in [{low}, {high}], got {quoted(raw)}")
-        out.append(value)
-    return out[0], out[1]
-
-
 def _page(sources: Sources, page: View) -> RouteHandler:
     """A web view page (``outputs.ui.routes.PAGES``) as a route of the admin endpoint."""
     def serve(req: Request, found: re.Match[str]) -> Response:
@@ -383,10 +370,11 @@ class _Routes:
     def issue_runs(self, req: Request, found: re.Match[str]) -> Response:
         issue_id = found.group(1)
         try:
-            offset, limit = page_params(req.query)
+            page = self.api.issue_runs(issue_id, RunsAt.from_query(req.query))
         except QueryError as e:
             return _error(400, str(e), parameter=e.param)
-        page = self.api.issue_runs(issue_id, offset, limit)
+        except RunsGone as e:  # its pages cannot go on: never a page of another list
+            return _error(410, f"cursor: {e}", parameter="cursor", generated_at=e.latest)
         return _json(200, page) if page is not None else _error(
             404, f"no issue {issue_id!r} in the last clustering run")
 

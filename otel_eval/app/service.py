@@ -261,7 +261,7 @@ class Service:
             unready=self._unready,
             issues=self.issues.latest_json if self.issues is not None else lambda: None,
             issue_runs=(self.issues.runs if self.issues is not None
-                        else lambda _i, _o, _l: None),
+                        else lambda _i, _a: None),
             run_issues=self.issues.of_run if self.issues is not None else lambda _t: [],
             calibration=self.calibration,
             refused=self.metrics.ingest.request_refused,

@@ -32,6 +32,7 @@ from otel_eval.outputs.issues.result import (
     IssuesResult,
     to_json,
 )
+from otel_eval.outputs.issues.runs import RunsAt
 from otel_eval.outputs.issues.tracker import IssueTracker
 from otel_eval.store import Store
 from otel_eval.store.base import Window
@@ -177,7 +178,7 @@ def test_a_worker_that_no_longer_leads_stops_publishing_its_old_issues(
     first = job.run_once()
     assert first is not None and first.issues
     issue_id = first.issues[0].issue_id
-    assert job.runs(issue_id, 0, 10) is not None
+    assert job.runs(issue_id, RunsAt(0, 10)) is not None
     assert _samples(registry, "otel_eval_issue_share")
     monkeypatch.setattr(job._tracker, "leads", lambda: False)  # another worker took the lock
     assert job.run_once(T0 + 300) is None
@@ -187,7 +188,7 @@ def test_a_worker_that_no_longer_leads_stops_publishing_its_old_issues(
                  "otel_eval_issues_last_run_timestamp_seconds"):
         assert _samples(registry, name) == [], name
     assert job.latest_json()["generated_at"] is None and job.latest_json()["issues"] == []
-    assert job.runs(issue_id, 0, 10) is None
+    assert job.runs(issue_id, RunsAt(0, 10)) is None
     assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "ok"}) == 1
 
 

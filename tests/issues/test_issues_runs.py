@@ -15,12 +15,8 @@ from issue_fixtures import window
 from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer
-from otel_eval.outputs.issues.result import (
-    IssuesResult,
-    issue_runs,
-    to_json,
-    top_issue_gauge_samples,
-)
+from otel_eval.outputs.issues.result import IssuesResult, to_json, top_issue_gauge_samples
+from otel_eval.outputs.issues.runs import issue_runs, page
 from otel_eval.outputs.issues.tracker import issues_offline
 
 
@@ -30,7 +26,7 @@ def served() -> Iterator[tuple[str, IssuesResult]]:
     api = AdminApi(CollectorRegistry(), lambda _q: pytest.fail("query"), lambda _t: None,
                    lambda _t, _o: None, lambda: True, lambda: True,
                    issues=lambda: to_json(result, assignments=False),
-                   issue_runs=lambda i, o, n: issue_runs(result, i, o, n))
+                   issue_runs=lambda i, at: page((result,), i, at))
     server = AdminServer("127.0.0.1:0", api, AdminConfig(endpoint="127.0.0.1:0"))
     server.start()
     try:
@@ -73,7 +69,8 @@ def test_bad_requests(served: tuple[str, IssuesResult], path: str, status: int) 
 
 @pytest.mark.parametrize(("query", "parameter"), [
     ("limit=5&sort=desc", "sort"), ("limit=5&limit=1000", "limit"), ("limit=", "limit"),
-    ("offset=", "offset"), ("offset=7&offset=0", "offset"), ("after=x", "after")])
+    ("offset=", "offset"), ("offset=7&offset=0", "offset"), ("after=x", "after"),
+    ("cursor=", "cursor"), ("cursor=x", "cursor"), ("cursor=MTox&offset=7", "offset")])
 def test_a_parameter_it_cannot_use_is_a_400_naming_it(served: tuple[str, IssuesResult],
                                                       query: str, parameter: str) -> None:
     """docs/api.md: a bad ``offset`` or ``limit`` is a 400 as for ``/v1/evaluations``, which
@@ -174,7 +171,7 @@ def test_a_runs_page_links_the_issues_it_is_one_of() -> None:
     api = AdminApi(CollectorRegistry(), lambda _q: pytest.fail("query"), body,
                    lambda _t, _o: None, lambda: True, lambda: True,
                    issues=lambda: to_json(result, assignments=False),
-                   issue_runs=lambda i, o, n: issue_runs(result, i, o, n),
+                   issue_runs=lambda i, at: page((result,), i, at),
                    run_issues=lambda t: run_issues(result, t))
     server = AdminServer("127.0.0.1:0", api, AdminConfig(endpoint="127.0.0.1:0"))
     server.start()

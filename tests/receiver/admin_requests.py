@@ -180,7 +180,8 @@ QUERY_ROUTES: dict[str, tuple[str, ...]] = {
     "/v1/evaluations": evaluations_query.PARAMETERS, "/ui/": evaluations_query.PARAMETERS,
     "/v1/sessions": (*sessions_query.PARAMETERS, "id"),
     "/ui/sessions": (*sessions_query.PARAMETERS, "id"),
-    "/v1/issues/{issue}/runs": ("offset", "limit"), "/ui/issues/{issue}/runs": ("offset",),
+    "/v1/issues/{issue}/runs": ("offset", "limit", "cursor"),
+    "/ui/issues/{issue}/runs": ("offset",),
     "/ui/sessions/{session}": ("turn",), "/metrics": ("name[]",)}
 VALUE_OF = {"id": st.one_of(st.sampled_from([*CONVERSATIONS, ".", ".."]), TEXT),
             "limit": NUMBERS, "offset": NUMBERS, "turn": NUMBERS, "since": TIMES,

@@ -75,7 +75,8 @@ from otel_eval.app.offline import EvalRun
 from otel_eval.base.model import Trace
 from otel_eval.decode.otlp import decode_request
 from otel_eval.decode.otlp_json import request_from_json
-from otel_eval.outputs.issues.result import MAX_RUNS_PAGE, issue_runs, to_json
+from otel_eval.outputs.issues.result import to_json
+from otel_eval.outputs.issues.runs import MAX_RUNS_PAGE, page
 from otel_eval.receive.httpmessage import Handler, Response
 from otel_eval.store.query import MAX_LIMIT
 from otel_eval.store.sessions import MAX_SESSION_LIMIT
@@ -123,7 +124,7 @@ def served(request: pytest.FixtureRequest,
         result = issues()
         api = dataclasses.replace(svc.admin.api,
                                   issues=lambda: to_json(result, assignments=False),
-                                  issue_runs=lambda i, o, n: issue_runs(result, i, o, n))
+                                  issue_runs=lambda i, at: page((result,), i, at))
         public = svc.config.admin.public_paths
         yield Served(make_handler(api, AdminAuth({}, {}, public)),
                      make_handler(api, AdminAuth({"dashboards": READ}, {"people": WRITE},

@@ -7,5 +7,6 @@ config does not pull in scikit-learn):
     tracker.issues_offline(evaluations, config) / files.issues_from_paths(paths, config)
     result.to_json(result)                    the GET /v1/issues object (+ assignments)
     result.top_issue_gauge_samples(result, k, n) Prometheus gauge samples, bounded labels
+    runs.page(kept runs, issue_id, at)        a page of an issue's runs (GET /v1/issues/{id}/runs)
     grafana.GrafanaAnnotator(config.grafana)  annotations for new issues and share jumps
 """

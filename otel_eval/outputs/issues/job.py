@@ -2,6 +2,8 @@
 
     evaluations_since(now - window_s) -> IssueTracker.run (catalogue in SQLite: stable ids)
       -> latest IssuesResult -> latest_json() (GET /v1/issues)
+                             -> runs() (GET /v1/issues/{id}/runs; a cursor's pages read the
+                                run it names, the one before kept for them: issues.runs)
                              -> one collector on the registry (top-K issue gauges)
                              -> annotator (Grafana annotations for new issues, share jumps)
 
@@ -13,7 +15,8 @@ Usage (the service, when ``issues.interval_s > 0``):
                     metrics.registry,
                     annotator=grafana)
     job.start()                          # a thread: run_once() now, then every interval_s
-    AdminApi(..., issues=job.latest_json)          # GET /v1/issues
+    AdminApi(..., issues=job.latest_json,          # GET /v1/issues
+             issue_runs=job.runs)                  # GET /v1/issues/{id}/runs
     job.close(timeout_s)                 # on shutdown: stop the thread, close the catalogue
 
 Promises: ``run_once`` never raises (a failed run is logged and counted, the previous
@@ -54,11 +57,11 @@ from otel_eval.outputs.issues.result import (
     Annotated,
     Issue,
     IssuesResult,
-    issue_runs,
     run_issues,
     to_json,
     top_issue_gauge_samples,
 )
+from otel_eval.outputs.issues.runs import RunsAt, kept, page
 from otel_eval.outputs.issues.synthesis import Synthesizer
 from otel_eval.outputs.issues.tracker import Annotator, IssueTracker
 from otel_eval.store.base import SessionLimits, Window
@@ -134,7 +137,9 @@ class IssuesJob:
         self._annotator = annotator
         self._run_lock = threading.Lock()  # one run at a time (thread and manual calls)
         self._lock = threading.Lock()  # guards the snapshot below (scrapes read it)
-        self._latest: IssuesResult | None = None
+        # the last runs, newest first: the last is what every reader reads, the one before
+        # it is kept for the cursors paging its issues' runs (issues.runs)
+        self._kept: tuple[IssuesResult, ...] = ()
         self._rows: tuple[IssueRow, ...] = ()
         self._exemplars: dict[str, str] = {}  # issue id -> sticky exemplar trace id
         self._runs = dict.fromkeys(RUN_STATUSES, 0)
@@ -172,7 +177,7 @@ class IssuesJob:
                     self._runs["error"] += 1
                 return None
             with self._lock:
-                self._latest, self._rows = result, rows
+                self._kept, self._rows = kept(result, self._kept), rows
                 self._runs["ok"] += 1
                 self._last_run = now
                 self._last_duration = time.monotonic() - started
@@ -197,7 +202,7 @@ class IssuesJob:
         result, no issue series beside the leader's, no last run for the staleness alert."""
         with self._lock:
             self._runs["skipped"] += 1
-            self._latest, self._rows, self._exemplars = None, (), {}
+            self._kept, self._rows, self._exemplars = (), (), {}
             self._last_run = self._last_duration = None
 
     def _annotate(self, result: IssuesResult, now: float) -> None:
@@ -247,13 +252,15 @@ class IssuesJob:
 
     def latest(self) -> IssuesResult | None:
         with self._lock:
-            return self._latest
+            return self._kept[0] if self._kept else None
 
-    def runs(self, issue_id: str, offset: int, limit: int) -> dict[str, Any] | None:
-        """One page of the runs of an issue of the last successful run (``GET
-        /v1/issues/{id}/runs``); None when no run has it."""
-        latest = self.latest()
-        return None if latest is None else issue_runs(latest, issue_id, offset, limit)
+    def runs(self, issue_id: str, at: RunsAt) -> dict[str, Any] | None:
+        """One page of the runs of an issue (``GET /v1/issues/{id}/runs``): of the last
+        successful run, or of the kept run a cursor pages (``RunsGone`` when it is no longer
+        kept); None when that run does not have the issue."""
+        with self._lock:
+            runs = self._kept
+        return page(runs, issue_id, at)
 
     def of_run(self, trace_id: str) -> list[dict[str, str]]:
         """The issues of the last successful run that the run ``trace_id`` is one of (the

@@ -214,9 +214,6 @@ def _other_sample(result: IssuesResult, level: str, node: str,
                         "title": "other issues"}, share, traces, tuple(rest))
 
 
-MAX_RUNS_PAGE = 1000  # trace ids per page of GET /v1/issues/{id}/runs
-
-
 def run_issues(result: IssuesResult, trace_id: str) -> list[dict[str, str]]:
     """The issues of the last clustering run's window that ``trace_id``'s run is one of
     (``issue_id``, ``title``; the runs page links back to each): a binary search of each
@@ -228,19 +225,3 @@ def run_issues(result: IssuesResult, trace_id: str) -> list[dict[str, str]]:
             out.append({"issue_id": issue.issue_id, "title": issue.title})
     return out
 
-
-def issue_runs(result: IssuesResult, issue_id: str, offset: int,
-               limit: int) -> dict[str, Any] | None:
-    """The ``GET /v1/issues/{id}/runs`` object: the trace ids of every run of the issue in
-    the last clustering run's window, sorted (stable pages; sorted by the run, not per
-    request), ``limit`` from ``offset``; ``next_offset`` None on the last page. None when
-    the issue is not in ``result``."""
-    issue = next((i for i in result.issues if i.issue_id == issue_id), None)
-    if issue is None:
-        return None
-    ordered = issue.trace_ids
-    page = ordered[offset : offset + limit]
-    end = offset + len(page)
-    return {"issue_id": issue_id, "title": issue.title, "generated_at": result.generated_at,
-            "runs": len(ordered), "offset": offset, "limit": limit, "trace_ids": list(page),
-            "next_offset": end if end < len(ordered) else None}

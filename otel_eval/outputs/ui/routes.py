@@ -38,6 +38,7 @@ from urllib.parse import parse_qs, unquote
 
 from otel_eval.base.configcheck import ascii_int
 from otel_eval.outputs.issues.result import OTHER_ISSUE_ID
+from otel_eval.outputs.issues.runs import RunsAt
 from otel_eval.outputs.ui.calibration import calibration_page
 from otel_eval.outputs.ui.html import HEADERS, Html, h, join, page
 from otel_eval.outputs.ui.issues import issue_runs_page, issues_page, run_issues_section
@@ -64,8 +65,8 @@ class Sources:
     issues: Callable[[], dict[str, Any] | None]
     redact: Redact = None  # as the judge redacts (judge.redaction)
     trace_url: str = ""  # the trace backend's URL of a trace, {trace_id} in it; "" = none
-    # (issue id, offset, limit) -> a page of the issue's runs (GET /v1/issues/{id}/runs)
-    issue_runs: Callable[[str, int, int], dict[str, Any] | None] = lambda _i, _o, _l: None
+    # (issue id, where) -> a page of the issue's runs (GET /v1/issues/{id}/runs)
+    issue_runs: Callable[[str, RunsAt], dict[str, Any] | None] = lambda _i, _a: None
     # conversations (GET /v1/sessions, /v1/sessions/{id}); None = not served
     sessions: Callable[[SessionQuery], dict[str, Any]] | None = None
     session: Callable[[str, str | None], dict[str, Any] | None] | None = None
@@ -145,8 +146,7 @@ def _position(query: str, name: str) -> int:
 
 def _issue_runs(sources: Sources, found: re.Match[str], query: str) -> Response:
     issue_id = found.group(1)
-    offset = _position(query, "offset")
-    page_of = sources.issue_runs(issue_id, offset, _RUNS_PAGE)
+    page_of = sources.issue_runs(issue_id, RunsAt(_position(query, "offset"), _RUNS_PAGE))
     if page_of is None and issue_id == OTHER_ISSUE_ID:
         # the issue gauges' "_other" (the dashboard's issues table links its runs here):
         # the issues not shown there, each listed with its runs on the issues page
