@@ -1,10 +1,11 @@
-"""Paging an issue's runs while the issues job re-clusters: GET /v1/issues/{id}/runs on a real
-admin server (port 0) over a real IssuesJob (SQLite store and catalogue), each clustering run
-called by hand at an injected time."""
+"""Paging an issue's runs while the issues job re-clusters: GET /v1/issues/{id}/runs and
+/ui/issues/{id}/runs on a real admin server (port 0) over a real IssuesJob (SQLite store and
+catalogue), each clustering run called by hand at an injected time."""
 
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -135,3 +136,23 @@ def test_a_cursor_of_a_clustering_run_no_longer_kept_is_a_410_to_start_again(
     status, again = _json(base + "?limit=7")
     assert status == 200 and again["runs"] == 40
 
+
+def test_the_web_views_next_runs_link_carries_the_cursor(served: Served) -> None:
+    """/ui/issues/{id}/runs linked its next page by offset: a person paging an issue's runs
+    across a re-clustering saw runs twice or never. Now "next runs" carries the cursor, and
+    a cursor whose run is gone is a page that links the first page again."""
+    served.recluster(window(90, offset=0x200))  # 120 runs: two pages of the web view's 100
+    issue_id, first_runs = _loop_issue(served)
+    assert len(first_runs) == 120
+    status, first = _get(f"{served.url}/ui/issues/{issue_id}/runs")
+    assert status == 200
+    (link,) = re.findall(rb'href="(/ui/issues/[^"]+/runs\?[^"]+)"', first)
+    assert b"cursor=" in link and b"offset=" not in link
+    served.recluster(window(10))  # ten more runs, sorted before the 120
+    status, second = _get(served.url + link.decode())
+    assert status == 200 and b"runs 101-120 of 120" in second
+    listed = re.findall(rb'href="/ui/runs/([0-9a-f]{32})"', first + second)
+    assert [t.decode() for t in listed] == first_runs
+    served.recluster(window(1, offset=10))
+    status, gone = _get(served.url + link.decode())
+    assert status == 410 and f'href="/ui/issues/{issue_id}/runs"'.encode() in gone

@@ -181,7 +181,7 @@ QUERY_ROUTES: dict[str, tuple[str, ...]] = {
     "/v1/sessions": (*sessions_query.PARAMETERS, "id"),
     "/ui/sessions": (*sessions_query.PARAMETERS, "id"),
     "/v1/issues/{issue}/runs": ("offset", "limit", "cursor"),
-    "/ui/issues/{issue}/runs": ("offset",),
+    "/ui/issues/{issue}/runs": ("offset", "cursor"),
     "/ui/sessions/{session}": ("turn",), "/metrics": ("name[]",)}
 VALUE_OF = {"id": st.one_of(st.sampled_from([*CONVERSATIONS, ".", ".."]), TEXT),
             "limit": NUMBERS, "offset": NUMBERS, "turn": NUMBERS, "since": TIMES,

@@ -5,15 +5,17 @@ is a name within its service), the share of runs it affects, how
 that moved since the previous clustering run and over the last runs (a line drawn in inline
 SVG from the stored numbers: no script), runs and critiques counted, when it was first seen,
 and its example runs linked to the run view; the runs count links to every run of the issue
-(``/ui/issues/{id}/runs``, paginated). ``#issue-{id}`` anchors one issue (the Grafana
-annotations link there). A window cut to the newest runs (``window_truncated``) is said
-above the table: its shares are of those runs.
+(``/ui/issues/{id}/runs``, paginated by the cursor of its clustering run, so a
+re-clustering between two pages neither repeats nor skips a run). ``#issue-{id}`` anchors
+one issue (the Grafana annotations link there). A window cut to the newest runs
+(``window_truncated``) is said above the table: its shares are of those runs.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import quote
 
 from otel_eval.base.model import is_trace_id
 from otel_eval.outputs.ui.html import Html, h, segment
@@ -127,14 +129,27 @@ def issue_runs_page(runs: dict[str, Any]) -> Html:
              for t in ids if is_trace_id(t)]
     body = [h("h1", short(runs.get("title"), 120)),
             h("p", f"runs {offset + 1 if ids else 0}-{offset + len(ids)} of "
-                   f"{runs.get('runs', 0)} with this issue in the last clustering window",
+                   f"{runs.get('runs', 0)} with this issue in the clustering window",
               class_="facts"),
             h("ol", items, start=offset + 1)]
-    nxt = runs.get("next_offset")
-    if isinstance(nxt, int) and _ANCHOR.match(issue_id):
+    # by cursor: the next page is of this page's clustering run, whatever ran since
+    nxt = runs.get("next_cursor")
+    if isinstance(nxt, str) and _ANCHOR.match(issue_id):
         body.append(h("p", h("a", "next runs", href=f"/ui/issues/{segment(issue_id)}/runs"
-                                                     f"?offset={nxt}")))
+                                                     f"?cursor={quote(nxt, safe='')}")))
     return Html("".join(body))
+
+
+def issue_runs_gone(issue_id: str) -> Html:
+    """The page of a "next runs" link whose clustering run is gone (the issues were
+    clustered twice since its first page): its list cannot go on; the first page again."""
+    return Html("".join([
+        h("h1", "Clustered again"),
+        h("p", "The issues were clustered again since the runs listed before this page "
+               "(every issues.interval_s): that list is gone, and the next one holds other "
+               "runs.", class_="error"),
+        h("p", h("a", "the issue's runs, from the first",
+                 href=f"/ui/issues/{segment(issue_id)}/runs"))]))
 
 
 def run_issues_section(issues: list[dict[str, str]]) -> Html | None:

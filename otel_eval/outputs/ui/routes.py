@@ -13,8 +13,11 @@
                                               the same: how an id "." or ".." is linked (a
                                               browser resolves it as a dot segment)
     GET /ui/issues                            the recurring issues
-    GET /ui/issues/{id}/runs?offset=N         every run of one issue, 100 a page ("_other",
-                                              the issue gauges' rest: to /ui/issues)
+    GET /ui/issues/{id}/runs?cursor=C         every run of one issue, 100 a page, the next
+                                              page by the cursor of its clustering run (410
+                                              once that run is gone; ?offset=N, the first
+                                              form, still read) ("_other", the issue gauges'
+                                              rest: to /ui/issues)
     GET /ui/calibration                       the judge and p_success against the outcomes
                                               people recorded (GET /v1/calibration)
     GET /ui/static/style.css                  the stylesheet
@@ -38,10 +41,15 @@ from urllib.parse import parse_qs, unquote
 
 from otel_eval.base.configcheck import ascii_int
 from otel_eval.outputs.issues.result import OTHER_ISSUE_ID
-from otel_eval.outputs.issues.runs import RunsAt
+from otel_eval.outputs.issues.runs import RunsAt, RunsGone
 from otel_eval.outputs.ui.calibration import calibration_page
 from otel_eval.outputs.ui.html import HEADERS, Html, h, join, page
-from otel_eval.outputs.ui.issues import issue_runs_page, issues_page, run_issues_section
+from otel_eval.outputs.ui.issues import (
+    issue_runs_gone,
+    issue_runs_page,
+    issues_page,
+    run_issues_section,
+)
 from otel_eval.outputs.ui.outcome import Writes, outcome_section
 from otel_eval.outputs.ui.run import tree
 from otel_eval.outputs.ui.runs import DEFAULT_LIMIT, FILTERS, runs_page
@@ -65,7 +73,8 @@ class Sources:
     issues: Callable[[], dict[str, Any] | None]
     redact: Redact = None  # as the judge redacts (judge.redaction)
     trace_url: str = ""  # the trace backend's URL of a trace, {trace_id} in it; "" = none
-    # (issue id, where) -> a page of the issue's runs (GET /v1/issues/{id}/runs)
+    # (issue id, where) -> a page of the issue's runs (GET /v1/issues/{id}/runs; RunsGone
+    # for a cursor whose clustering run is gone)
     issue_runs: Callable[[str, RunsAt], dict[str, Any] | None] = lambda _i, _a: None
     # conversations (GET /v1/sessions, /v1/sessions/{id}); None = not served
     sessions: Callable[[SessionQuery], dict[str, Any]] | None = None
@@ -146,7 +155,15 @@ def _position(query: str, name: str) -> int:
 
 def _issue_runs(sources: Sources, found: re.Match[str], query: str) -> Response:
     issue_id = found.group(1)
-    page_of = sources.issue_runs(issue_id, RunsAt(_position(query, "offset"), _RUNS_PAGE))
+    cursor = (parse_qs(query).get("cursor") or [""])[0]
+    try:
+        at = (RunsAt.of_cursor(cursor, _RUNS_PAGE) if cursor
+              else RunsAt(_position(query, "offset"), _RUNS_PAGE))
+        page_of = sources.issue_runs(issue_id, at)
+    except QueryError as e:
+        return _html(400, "issue runs", h("p", str(e), class_="error"), "issues")
+    except RunsGone:  # the person pages on from the first page of the last run's list
+        return _html(410, "issue runs", issue_runs_gone(issue_id), "issues")
     if page_of is None and issue_id == OTHER_ISSUE_ID:
         # the issue gauges' "_other" (the dashboard's issues table links its runs here):
         # the issues not shown there, each listed with its runs on the issues page
