@@ -106,6 +106,48 @@ def test_a_managed_agent_whose_own_span_is_missing_was_no_call_of_a_tool_not_off
     assert ev.verdict.passed
 
 
+# Each stack's span of one cycle of its agent (a turn, a step, a graph node, a workflow step)
+_CYCLES = [("langgraph", "tools"), ("llamaindex", "BaseWorkflowAgent.call_tool"),
+           ("openai-agents", "turn"), ("smolagents", "Step 1"),
+           ("strands", "execute_event_loop_cycle"),
+           pytest.param("smolagents-code", "Step 1", marks=pytest.mark.xfail(
+               strict=True, reason="a code agent's calls carry no call id (smolagents counts "
+               "them: call_1, call_2): nothing links them to its later calls"))]
+
+
+@pytest.mark.parametrize(("stack", "dropped"), _CYCLES)
+def test_the_calls_under_a_missing_cycle_span_are_still_the_agents(
+        stack: str, dropped: str) -> None:
+    """loop (get_weather called 4 times) without the span of the cycle that held the first
+    call: its calls, their parent missing, are still the agent's (its next LLM call was told
+    them by call id), compared with its other calls: 4 repeats, not 3."""
+    spans, logs = hung.load(stack, "loop")
+    cut = min((s for s in spans if s.name == dropped), key=lambda s: s.start_ns)
+    kept = [s for s in spans if s.span_id != cut.span_id]
+    ev = Evaluator(Config()).evaluate(Trace("bc" * 16, kept, "complete", logs=logs))
+    assert ev is not None
+    repeats = [f.message for f in ev.findings if f.kind == "repeated_call"]
+    assert len(repeats) == 1 and "called 4 times" in repeats[0]
+
+
+def test_a_managed_agent_whose_own_span_is_missing_keeps_its_calls_apart() -> None:
+    """smolagents multi_agent without weather_agent.run: the managed agent's calls (its
+    final_answer too) are no calls of the coordinator, which was never told their ids."""
+    spans, logs = hung.load("smolagents", "multi_agent")
+    managed = next(s for s in spans if s.name == "weather_agent.run")
+    kept = [s for s in spans if s.span_id != managed.span_id]
+    ev = Evaluator(Config()).evaluate(Trace("de" * 16, kept, "complete", logs=logs))
+    assert ev is not None
+    under = {managed.span_id}
+    for s in ev.trajectory.steps:  # tree order: a parent before its children
+        if s.parent_span_id in under:
+            under.add(s.span_id)
+    coordinator = {s.node for s in ev.trajectory.steps if s.span_id not in under}
+    orphans = [s for s in ev.trajectory.steps if s.span_id in under]
+    assert orphans and not {s.node for s in orphans} & coordinator
+    assert not [f for f in ev.findings if f.detector == "loop"]
+
+
 @pytest.mark.parametrize("stack", ["vercel-ai", "vercel-ai-openinference"])
 def test_a_failed_call_whose_tool_span_is_missing_is_still_a_failure(stack: str) -> None:
     """tool_error without the failed call's ai.toolCall span: the next LLM call's input says

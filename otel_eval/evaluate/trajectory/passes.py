@@ -21,6 +21,7 @@ from otel_eval.evaluate.trajectory.code_actions import last_message_text, rebuil
 from otel_eval.evaluate.trajectory.delegations import mark_delegations
 from otel_eval.evaluate.trajectory.envelopes import take_off_result, take_off_results
 from otel_eval.evaluate.trajectory.links import coerce_arguments, join_calls, merge_nested_calls
+from otel_eval.evaluate.trajectory.missing_parents import place_missing_parents
 from otel_eval.evaluate.trajectory.parallel_calls import order_parallel_calls
 from otel_eval.evaluate.trajectory.prices import price_steps
 from otel_eval.evaluate.trajectory.responses import ToolResponses
@@ -58,6 +59,10 @@ class Pass:
     name: str
     run: Callable[[Draft], None]
     precondition: str  # what must hold before it runs (one line)
+
+
+def _place_missing_parents(draft: Draft) -> None:
+    place_missing_parents(draft.steps, draft.scope)
 
 
 def _merge_nested_calls(draft: Draft) -> None:
@@ -223,6 +228,9 @@ PASSES = (
          "envelopes are off: a tool input recorded as text reads as its arguments"),
     Pass("join_calls", _join_calls,
          "envelopes off and inputs coerced: a tool step's and its call's arguments compare"),
+    Pass("place_missing_parents", _place_missing_parents,
+         "joined (a tool step carries the id of the call it ran), nothing rebuilt yet, LLM "
+         "inputs unchanged since read"),
     Pass("coerce_arguments", _coerce_arguments,
          "joined: a tool step whose input was not recorded has its call's arguments"),
     Pass("settle_arguments", _settle_arguments,

@@ -1,0 +1,131 @@
+"""Stage: trajectory (part). The agent of the steps whose parent span never arrived.
+
+A span a sampler or a lost batch dropped leaves its children orphans: ``spans.tree_order``
+puts them where they ran (under the innermost span whose time encloses theirs), but the
+agent of a step is read from its parent's (``StepBuilder.scope``), so they and the steps
+below them are of no known agent (``Step.node`` None) and their calls are compared apart
+from the calls the same agent made in its other cycles (a loop of 4 read as 3).
+
+Which agent the missing span was part of is not written anywhere: it may have been a cycle
+of the agent it ran in (a turn, a step, a graph node) or a sub-agent's own run (a smolagents
+managed agent), whose calls are not that agent's. "A nameless call is the run's agent's"
+merges a sub-agent's calls (its ``final_answer``) with its coordinator's. What tells them
+apart is the calls' ids. The steps under one missing span (a *group*; ``join_calls`` has
+given a tool step that records no id the id of the call it ran) are the agent's
+
+1. whose LLM step asked for, or whose tool step ran, one of the group's calls (the agent
+   that asked for a call made it), else
+2. whose own LLM call after the group, when it was that agent's turn (its step the last of
+   a known agent before the group), was sent one of the group's call ids in its input: an
+   agent is sent the calls of its earlier cycles, while a coordinator is told what its
+   sub-agent answered, never the ids of the calls the sub-agent made; and a hand-off's next
+   agent, sent the whole history of the one before, is not the one whose turn it was;
+
+either only among the steps of the agent the group ran in (the nearest agent span above it
+in the tree, where ``spans.tree_order`` put it). A group none of them names stays of no known
+agent, and so does one with no known agent's step before it. Ids shorter than
+``_MIN_ID_CHARS`` are counters (smolagents' ``call_1``), alike in every run: they tell nothing,
+so a code agent's cycle (its calls have no ids of their own) is not placed.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+from otel_eval.base.steps import Step
+
+__all__ = ["place_missing_parents"]
+
+Scope = dict[str, tuple[str | None, str | None]]
+
+_MIN_ID_CHARS = 16  # OpenAI's call_ + 24, Anthropic's toolu_ + 24: ids unique to a call
+_LATER_CALLS = 64  # LLM steps looked at after a group for its agent's: bounded work
+
+
+@dataclass(slots=True)
+class _Known:
+    """The steps of a known agent (``Step.node`` set) the groups are linked to."""
+
+    llm: list[int] = field(default_factory=list)  # positions of its LLM steps, in order
+    calls: dict[str, int] = field(default_factory=dict)  # call id -> the step asking/running
+
+    def add(self, step: Step, at: int) -> None:
+        for i in _call_ids([step]):
+            self.calls.setdefault(i, at)
+        if step.kind == "llm":
+            self.llm.append(at)
+
+
+def place_missing_parents(steps: list[Step], scope: Scope) -> None:
+    """Give each group of steps under a missing parent span the agent that asked for, ran
+    or was later told their calls (see module docstring); ``scope`` follows. A run whose
+    spans all arrived pays two sets (tests/cost)."""
+    ids = {s.span_id for s in steps}
+    parents = {s.parent_span_id for s in steps}
+    parents.discard(None)
+    if parents <= ids:
+        return
+    groups: dict[str, list[int]] = {}  # missing span id -> positions of the steps under it
+    within: dict[str, str] = {}  # span id of a grouped step -> its group's missing span id
+    above: dict[int, int] = {}  # position of a group's first step -> the step above it
+    last: dict[int, str] = {}  # position of a group's first step -> the node of the last
+    node: str | None = None  # step of a known agent before it (the agent whose turn it was)
+    path: list[int] = []  # positions of the steps above the current one, by depth
+    known = _Known()
+    for at, s in enumerate(steps):
+        del path[s.depth:]
+        parent = s.parent_span_id
+        top = None if s.node is not None or parent is None else (
+            parent if parent not in ids else within.get(parent))
+        if top is not None:
+            within[s.span_id] = top
+            if top not in groups and path and node is not None:
+                above[at], last[at] = path[-1], node
+            groups.setdefault(top, []).append(at)
+        elif s.node is not None:
+            node = s.node
+            if s.kind in ("llm", "tool"):
+                known.add(s, at)
+        path.append(at)
+    for group in groups.values():
+        if group[0] in above:
+            _place(group, steps[above[group[0]]], last[group[0]], steps, known, scope)
+
+
+def _place(at: list[int], above: Step, before: str, steps: list[Step], known: _Known,
+           scope: Scope) -> None:
+    """The group (the positions ``at`` of its steps) takes the node of the agent it ran in
+    (``above``'s) whose step asked for or ran one of its calls, else of that agent's first
+    LLM step after it whose input holds one of its call ids when it is the agent whose turn
+    it was (``before``), when there is one."""
+    group = [steps[k] for k in at]
+    told = _call_ids(group)
+    agent = scope.get(above.span_id, (None, None))[1]
+    # asked or ran, the earliest first (the same answer whatever the order of ``told``)
+    linked = [steps[k] for k in sorted(known.calls[i] for i in told if i in known.calls)]
+    after = bisect_right(known.llm, at[-1])
+    for k in known.llm[after:after + _LATER_CALLS]:
+        sent = steps[k].input_text
+        if steps[k].node == before and sent and any(i in sent for i in told):
+            linked.append(steps[k])
+            break
+    for s in linked:
+        if scope.get(s.span_id, (None, None))[1] == agent:
+            for g in group:
+                g.node = s.node  # an unknown span inside the group still stands between
+                g.within_unknown = g.within_unknown or s.within_unknown
+                scope[g.span_id] = scope[s.span_id]
+            return
+
+
+def _call_ids(steps: list[Step]) -> set[str]:
+    """The call ids the LLM steps asked for and the tool steps ran, but counters."""
+    told: set[str] = set()
+    for s in steps:
+        if s.call_id:
+            told.add(s.call_id)
+        for call in s.tool_calls:
+            if call.call_id:
+                told.add(call.call_id)
+    return {i for i in told if len(i) >= _MIN_ID_CHARS}
