@@ -30,6 +30,7 @@ so a code agent's cycle (its calls have no ids of their own) is not placed.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
@@ -41,6 +42,8 @@ Scope = dict[str, tuple[str | None, str | None]]
 
 _MIN_ID_CHARS = 16  # OpenAI's call_ + 24, Anthropic's toolu_ + 24: ids unique to a call
 _LATER_CALLS = 64  # LLM steps looked at after a group for its agent's: bounded work
+# the words of an LLM step's input a call id can be (JSON strings, prose)
+_WORDS = re.compile(r"[^\s\"'`,;{}\[\]()<>=\\]+")
 
 
 @dataclass(slots=True)
@@ -49,6 +52,7 @@ class _Known:
 
     llm: list[int] = field(default_factory=list)  # positions of its LLM steps, in order
     calls: dict[str, int] = field(default_factory=dict)  # call id -> the step asking/running
+    sent: dict[int, frozenset[str]] = field(default_factory=dict)  # LLM step -> ids in input
 
     def add(self, step: Step, at: int) -> None:
         for i in _call_ids([step]):
@@ -106,8 +110,7 @@ def _place(at: list[int], above: Step, before: str, steps: list[Step], known: _K
     linked = [steps[k] for k in sorted(known.calls[i] for i in told if i in known.calls)]
     after = bisect_right(known.llm, at[-1])
     for k in known.llm[after:after + _LATER_CALLS]:
-        sent = steps[k].input_text
-        if steps[k].node == before and sent and any(i in sent for i in told):
+        if steps[k].node == before and not told.isdisjoint(_sent(known, steps, k)):
             linked.append(steps[k])
             break
     for s in linked:
@@ -117,6 +120,16 @@ def _place(at: list[int], above: Step, before: str, steps: list[Step], known: _K
                 g.within_unknown = g.within_unknown or s.within_unknown
                 scope[g.span_id] = scope[s.span_id]
             return
+
+
+def _sent(known: _Known, steps: list[Step], k: int) -> frozenset[str]:
+    """The words of LLM step ``k``'s input long enough to be call ids, read once a run
+    whatever the number of groups (linear in the input, however many ids a group has)."""
+    sent = known.sent.get(k)
+    if sent is None:
+        words = _WORDS.findall(steps[k].input_text or "")
+        sent = known.sent[k] = frozenset(w for w in words if len(w) >= _MIN_ID_CHARS)
+    return sent
 
 
 def _call_ids(steps: list[Step]) -> set[str]:
