@@ -216,12 +216,8 @@ class EvaluationQuery:
             raise QueryError("limit", f"must be an integer in 1..{MAX_LIMIT}")
         if self.status is not None and self.status not in STATUSES:
             raise QueryError("status", f"must be one of {', '.join(STATUSES)}")
-        name, kinds = detector_kinds(self.detector) if self.detector is not None else ("-", [])
-        # "loop:" (read as any kind) and ":kind" (no detector's: an empty page) are typos
-        if not name or (self.detector or "").endswith(":") or len(kinds) > MAX_KINDS \
-                or "" in kinds:
-            raise QueryError("detector", f"expected detector, detector:kind or "
-                                         f"detector:kind,kind (at most {MAX_KINDS} kinds)")
+        if self.detector is not None:
+            check_detector(self.detector)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Sequence[str]]) -> EvaluationQuery:
@@ -242,6 +238,17 @@ def detector_kinds(detector: str) -> tuple[str, list[str]]:
     (any of them)."""
     name, _, kinds = detector.partition(":")
     return name, kinds.split(",") if kinds else []
+
+
+def check_detector(detector: str) -> None:
+    """``QueryError`` unless ``detector`` is a filter ``detector_kinds`` reads: ``detector``,
+    ``detector:kind`` or ``detector:kind,kind`` (at most ``MAX_KINDS``), the one shape of
+    ``/v1/evaluations`` and ``/v1/sessions``. "loop:" (read as any kind), ":kind" and
+    "loop:a,,b" (no detector's, no kind's: an empty page) are typos."""
+    name, kinds = detector_kinds(detector)
+    if not name or detector.endswith(":") or len(kinds) > MAX_KINDS or "" in kinds:
+        raise QueryError("detector", "expected detector, detector:kind or "
+                                     f"detector:kind,kind (at most {MAX_KINDS} kinds)")
 
 
 def single_values(params: Mapping[str, Sequence[str]], known: Sequence[str]) -> dict[str, str]:

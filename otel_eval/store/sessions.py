@@ -19,7 +19,10 @@ events show the conversation id and the service apart (``split_session_key``).
                         evaluated on read: a page may hold fewer than ``limit`` sessions, and
                         then says where to go on with its cursor)
     detector            a session finding by this detector ("loop"), or of this kind
-                        ("loop:repeated_across_turns"); applied as ``passed`` is
+                        ("loop:repeated_across_turns"), or of one of these kinds
+                        ("budget:session_turns,session_steps"): the shape
+                        ``/v1/evaluations`` takes (``query.check_detector``); applied as
+                        ``passed`` is
     since, until        the session's last turn's evaluation time, Unix seconds or RFC 3339;
                         since <= t < until
     counted_since, counted_until
@@ -49,6 +52,7 @@ from typing import Any, NamedTuple
 
 from otel_eval.store.query import (
     QueryError,
+    check_detector,
     decode_cursor,
     encode_cursor,
     filter_values,
@@ -124,15 +128,14 @@ class AmbiguousSession(LookupError):
         super().__init__(session_id)
         self.session_id = session_id
         self.services = services
-_TEXT = ("service", "agent")
+_TEXT = ("service", "agent", "detector")
 # When a session was first completed (what the counted window selects on): the column, or
 # for a session completed once without it, that completion (an earlier release's worker still
 # running after migration 18, a rolling upgrade, completes sessions without setting it)
 FIRST_COMPLETED = ("COALESCE(first_completed_at_ns, "
                    "CASE WHEN completions = 1 THEN completed_at_ns END)")
-PARAMETERS = (*_TEXT, "passed", "detector", "since", "until", "counted_since",
+PARAMETERS = (*_TEXT, "passed", "since", "until", "counted_since",
               "counted_until", "counted_window", "limit", "cursor")
-MAX_DETECTOR_CHARS = 129  # "detector:kind", each at most 64 (the metrics' label bound)
 
 
 class StoredTurns(NamedTuple):
@@ -168,7 +171,8 @@ class SessionQuery:
     agent: str | None = None
     # The session's verdict; None = any.
     passed: bool | None = None
-    # "detector" or "detector:kind" of at least one session finding; None = any.
+    # "detector", "detector:kind" or "detector:kind,kind" of at least one session finding
+    # (``query.check_detector``, as ``EvaluationQuery``'s); None = any.
     detector: str | None = None
     # The last turn's evaluation time bounds, Unix nanoseconds: since <= t < until.
     since_ns: int | None = None
@@ -185,18 +189,14 @@ class SessionQuery:
     def __post_init__(self) -> None:
         if not 1 <= self.limit <= MAX_SESSION_LIMIT:
             raise QueryError("limit", f"must be an integer in 1..{MAX_SESSION_LIMIT}")
+        if self.detector is not None:
+            check_detector(self.detector)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Sequence[str]]) -> SessionQuery:
         """From URL query parameters (``urllib.parse.parse_qs`` output)."""
         values = single_values(params, PARAMETERS)
         kwargs = filter_values(values, _TEXT)
-        if values.get("detector"):
-            name, colon, kind = values["detector"].partition(":")
-            if len(values["detector"]) > MAX_DETECTOR_CHARS or not name or (colon and not kind):
-                raise QueryError("detector", "expected detector or detector:kind, at most "
-                                 f"{MAX_DETECTOR_CHARS} characters")
-            kwargs["detector"] = values["detector"]
         time_bounds(values, kwargs)
         windowed(values, kwargs, "counted_window", "counted_since", "counted_until")
         page_limit(values, kwargs, MAX_SESSION_LIMIT)

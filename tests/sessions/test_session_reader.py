@@ -77,7 +77,10 @@ def test_the_passed_filter_looks_at_a_bounded_window_and_goes_on_by_cursor(
 def test_the_detector_filter_keeps_sessions_with_that_session_finding(
         tmp_path: Path) -> None:
     """``detector=budget`` / ``budget:session_turns``: only the sessions past the session
-    budget (two turns, the budget one); an unknown kind or detector keeps none."""
+    budget (two turns, the budget one); an unknown kind or detector keeps none. Several
+    kinds, ``budget:session_steps,session_turns``, are any of them, as ``/v1/evaluations``
+    reads them (the sessions' filter took one kind only: the list was read as one kind
+    named "session_steps,session_turns", an empty page)."""
     store = open_store(str(tmp_path / "s.db"))
     rows = []
     for s, turns in enumerate((1, 2, 1, 2, 1)):
@@ -96,15 +99,22 @@ def test_the_detector_filter_keeps_sessions_with_that_session_finding(
 
     assert ids("budget") == ids("budget:session_turns") == ["s03", "s01"]
     assert ids("budget:session_steps") == ids("loop") == []
+    assert ids("budget:session_steps,session_turns") == ["s03", "s01"]
+    assert ids("budget:" + ",".join(f"k{i}" for i in range(15)) + ",session_turns") \
+        == ["s03", "s01"]  # MAX_KINDS, as /v1/evaluations takes
     first = reader.page(SessionQuery(detector="budget", limit=1))
     assert [r["session_id"] for r in first["sessions"]] == ["s03"]
     rest = reader.page(SessionQuery(detector="budget", limit=1,
                                     cursor=SessionCursor.decode(first["next_cursor"])))
     assert [r["session_id"] for r in rest["sessions"]] == ["s01"]
-    for malformed in ("x" * 200, "loop:", ":repeated_across_turns"):  # the last two were
-        # read as "loop" (any kind) and as no detector's finding (an empty page)
-        with pytest.raises(QueryError, match="detector"):
+    for malformed in ("loop:", ":repeated_across_turns", "budget:a,,b",
+                      "budget:" + ",".join(f"k{i}" for i in range(17))):
+        # the first two were read as "loop" (any kind) and as no detector's finding
+        with pytest.raises(QueryError, match="detector: expected detector, detector:kind "
+                                             "or detector:kind,kind"):
             SessionQuery.from_params({"detector": [malformed]})
+        with pytest.raises(QueryError, match="detector"):  # the Python API's too
+            SessionQuery(detector=malformed)
     store.close()
 
 

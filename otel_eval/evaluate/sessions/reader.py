@@ -31,7 +31,7 @@ from typing import Any
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.evaluate import evaluate_session
 from otel_eval.store.base import EvaluationStore
-from otel_eval.store.query import label_matches
+from otel_eval.store.query import detector_kinds, label_matches
 from otel_eval.store.sessions import (
     KEY_SEPARATOR,
     MAX_SERVICES_NAMED,
@@ -140,6 +140,6 @@ def _matches(record: dict[str, Any], q: SessionQuery) -> bool:
         return False
     if q.detector is None:
         return True
-    detector, _, kind = q.detector.partition(":")
-    return any(f.get("detector") == detector and (not kind or f.get("kind") == kind)
+    detector, kinds = detector_kinds(q.detector)
+    return any(f.get("detector") == detector and (not kinds or f.get("kind") in kinds)
                for f in record.get("findings") or () if isinstance(f, dict))
