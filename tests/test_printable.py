@@ -8,7 +8,13 @@ import logging
 
 import pytest
 
-from otel_eval.base.printable import EscapingFormatter, printable, printable_cut
+from otel_eval.base.printable import (
+    EscapingFormatter,
+    as_json,
+    printable,
+    printable_cut,
+    quoted,
+)
 
 
 @pytest.mark.parametrize(("raw", "shown"), [
@@ -82,3 +88,23 @@ def test_unescaped_turns_back_what_printable_escaped() -> None:
                                  *range(0x2066, 0x206A)]))
     assert unescaped(printable("a" + controls + "b")) == "a" + controls + "b"
     assert unescaped("C:\\x41\\users\\u2060") == "C:\\x41\\users\\u2060"  # no control: kept
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    ("/v1/x", '"/v1/x"'),  # a JSON string, as the client wrote it; not Python's '/v1/x'
+    ("it's \"q\" \\", '"it\'s \\"q\\" \\\\"'),
+    ("\x1b\x7f\x85\u202e\ud800", '"\\u001b\\u007f\\u0085\\u202e\\ud800"'),  # escaped
+    ("café 漢", '"café 漢"'),  # printable Unicode is left alone
+    ("a" * 150, '"' + "a" * 100 + '"...'),
+])
+def test_quoted_is_a_json_string_with_its_controls_escaped(value: str, shown: str) -> None:
+    assert quoted(value) == as_json(value) == shown
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (None, "null"), (0.5, "0.5"), (True, "true"), ({"a": [1]}, '{"a": [1]}'),
+    (list(range(100)), ("[" + ", ".join(map(str, range(100))))[:100] + "..."),
+])
+def test_as_json_names_a_body_value_as_the_sender_wrote_it(value: object, shown: str) -> None:
+    """A feedback outcome of ``null`` read ``None``, of ``true`` ``True`` (Python's repr)."""
+    assert as_json(value) == shown

@@ -376,7 +376,7 @@ class _Routes:
         except RunsGone as e:  # its pages cannot go on: never a page of another list
             return _error(410, f"cursor: {e}", parameter="cursor", generated_at=e.latest)
         return _json(200, page) if page is not None else _error(
-            404, f"no issue {issue_id!r} in the last clustering run")
+            404, f"no issue {quoted(issue_id)} in the last clustering run")
 
     def calibration(self, req: Request, _found: re.Match[str]) -> Response:
         if (refused := no_params(req.query)) is not None:
@@ -451,7 +451,7 @@ class _Routes:
         except ValueError as e:
             return _bad("outcome", str(e))
         return _json(200, updated) if updated else _error(
-            404, f"no evaluation for trace {trace_id!r}: feedback is taken once the trace "
+            404, f"no evaluation for trace {quoted(trace_id)}: feedback is taken once the trace "
             "is evaluated (nothing recorded)")
 
 

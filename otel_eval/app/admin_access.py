@@ -31,6 +31,7 @@ import json
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
+from otel_eval.base.printable import quoted
 from otel_eval.outputs.ui.outcome import Writes
 from otel_eval.receive.httpmessage import Request, Response
 from otel_eval.receive.security import BearerAuth, served_host
@@ -99,7 +100,7 @@ def foreign_host(req: Request, allowed: frozenset[str]) -> Response | None:
     host = req.header("Host")
     if served_host(host, allowed):
         return None
-    return _refusal(421, f"Host {str(host)[:100]!r} is not served here: without tokens this "
+    return _refusal(421, f"Host {quoted(host or '')} is not served here: without tokens this "
                          "listener answers localhost, IP addresses and admin.allowed_hosts")
 
 
@@ -116,10 +117,10 @@ def cross_site(req: Request) -> Response | None:
     if site:  # the browser's word (a page cannot set it) decides: behind a proxy that
         # rewrites Host (nginx's default), the page's own Origin is not the Host we get
         return None if site in _OWN_FETCH else _refusal(
-            403, f"refused: Sec-Fetch-Site {site[:40]!r}")
+            403, f"refused: Sec-Fetch-Site {quoted(site[:40])}")
     origin = req.header("Origin")  # a browser without Fetch Metadata (before 2023)
     if origin is not None and _origin_host(origin) != (req.header("Host") or "").strip().lower():
-        return _refusal(403, f"refused: Origin {origin[:100]!r} is not this host")
+        return _refusal(403, f"refused: Origin {quoted(origin)} is not this host")
     return None
 
 

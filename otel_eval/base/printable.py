@@ -21,15 +21,19 @@ keeps its newlines and nothing else.
 selecting the stored runs it labels).
 
 ``quoted`` is how an error answer names a client's value (a path, a header, a parameter, a
-field of a body): the repr of its first ``QUOTED_CHARS`` characters, so the answer says what
-was wrong without sending a 64 KiB path or a 1 MiB body back, grown by repr's and JSON's
-escapes (up to 5 bytes a byte). ``clipped`` does the same for a library's message about a
-client's input (json_format's names the field and quotes its whole value): its first
-``CLIPPED_CHARS`` characters.
+field of a body): its first ``QUOTED_CHARS`` characters as a JSON string (``"/v1/x"``, as Go's
+``%q`` quotes; Python's repr, ``'/v1/x'``, and its ``\\x7f``, read as our language, not the
+client's), every control escaped (JSON's ``\\u001b``), so the answer says what was wrong
+without sending a 64 KiB path or a 1 MiB body back, grown by the escapes (up to 6 bytes a
+byte). ``as_json`` quotes a value of a JSON body so (``null``, ``0.5``, ``"maybe"``), in the
+sender's terms. ``clipped`` bounds a library's message about a client's input
+(json_format's names the field and quotes its whole value): its first ``CLIPPED_CHARS``
+characters.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 
@@ -56,10 +60,30 @@ def bidi_escaped(text: str) -> str:
 QUOTED_CHARS = 100
 
 
+# What JSON text leaves raw and a terminal acts on (DEL, C1 controls, bidirectional
+# controls) or no UTF-8 stream takes (a lone surrogate, which a JSON body's "\\ud800" holds)
+_RAW_IN_JSON = re.compile(f"[\x7f-\x9f{_BIDI}\ud800-\udfff]")
+
+
+def _json_text(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def quoted(text: str) -> str:
-    """The repr of ``text``'s first ``QUOTED_CHARS`` characters, "..." after it when there
-    were more."""
-    return repr(text[:QUOTED_CHARS]) + ("..." if len(text) > QUOTED_CHARS else "")
+    """``text``'s first ``QUOTED_CHARS`` characters as a JSON string, every control escaped
+    as JSON escapes it (``\\u001b``, ``\\u202e``), other Unicode as it is; "..." after it
+    when there were more."""
+    return _json_text(text[:QUOTED_CHARS]) + ("..." if len(text) > QUOTED_CHARS else "")
+
+
+def as_json(value: object) -> str:
+    """A value of a JSON body (a str: ``quoted``) as JSON text, its first ``QUOTED_CHARS``
+    characters and "..." after them when there were more."""
+    if isinstance(value, str):
+        return quoted(value)
+    text = _json_text(value)
+    return text if len(text) <= QUOTED_CHARS else text[:QUOTED_CHARS] + "..."
 
 
 # Characters of a library's message about a client's input an error answer keeps.

@@ -79,7 +79,7 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
         ctype = _ctype(req)
         if check_host and not served_host(req.header("Host")):
             ingest.metrics.ingest.request_refused("http", "forbidden")
-            return _status(421, f"Host {str(req.header('Host'))[:100]!r} is not served here: "
+            return _status(421, f"Host {quoted(req.header('Host') or '')} is not served here: "
                                 "this loopback listener answers localhost and IP addresses",
                            ctype, close=True)
         # the sender's token name ("" with auth off), or None: refused before the body is

@@ -263,7 +263,7 @@ class Connection(BaseHTTPRequestHandler):
             # no version: HTTP/0.9, which sends no headers (http.server waited for some, then
             # served it as 0.9); refused at once, as Go's net/http refuses it
             self.requestline = str(line, "iso-8859-1").rstrip("\r\n")
-            self.send_error(400, f"Bad request syntax ({self.requestline!r}): no HTTP version")
+            self.send_error(400, f"bad request line {quoted(self.requestline)}: no HTTP version")
             return
         if not self.parse_request():  # answered (400, 431, 505...)
             return

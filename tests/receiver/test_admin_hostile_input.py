@@ -291,10 +291,12 @@ def _feedback(trace_id: str, outcome: object) -> Sent:
 
 
 @pytest.mark.parametrize(("sent", "status", "error"), [
-    (Sent("GET", "/v1/evaluations/" + "%00" * 20_000), 404, "no evaluation for trace '%00"),
-    (Sent("GET", "/v1/sessions/" + "%7F" * 20_000), 404, "no session '\\x7f"),
-    (Sent("GET", "/v1/nothing/" + "\x7f" * 60_000), 404, "unknown path '/v1/nothing/\\x7f"),
-    (Sent("X" * 60_000, "/nowhere"), 405, "'XXXX"),  # a path none serves: the method
+    (Sent("GET", "/v1/evaluations/" + "%00" * 20_000), 404, 'no evaluation for trace "%00'),
+    (Sent("GET", "/v1/sessions/" + "%7F" * 20_000), 404, 'no session "\\u007f'),
+    (Sent("GET", "/v1/nothing/" + "\x7f" * 60_000), 404, 'unknown path "/v1/nothing/\\u007f'),
+    (Sent("X" * 60_000, "/nowhere"), 405, '"XXXX'),  # a path none serves: the method
+    (Sent("GET", "/v1/issues/" + "x" * 80 + "/runs"), 404, f'no issue "{"x" * 80}" in the'),
+    (_feedback("F" * 32, "success"), 404, f'no evaluation for trace "{"f" * 32}": feedback'),
     (Sent("GET", "/v1/evaluations?" + "%00" * 2_700 + "=1"), 400, "\x00" * 100 + ": unknown"),
     (Sent("GET", "/v1/issues/iss_x/runs?limit=" + "²" * 8_000), 400, "limit: must be"),
     (_feedback("\x7f" * 500_000, 1), 400, "trace_id: must be 32 hex"),
@@ -303,12 +305,16 @@ def _feedback(trace_id: str, outcome: object) -> Sent:
     (_post(b"{}", ("Transfer-Encoding", "\x7f" * 60_000)), 501, "unsupported Transfer-Enc"),
     (Sent("POST", "/v1/feedback", (("Content-Type", "application/json"),
                                    ("Content-Length", "\x7f" * 60_000))), 400, "body: invalid"),
-], ids=["evaluation", "session", "path", "method", "parameter", "page", "trace_id", "outcome",
+], ids=["evaluation", "session", "path", "method", "issue", "unknown-trace", "parameter",
+        "page", "trace_id", "outcome",
         "content-encoding", "transfer-encoding", "content-length"])
 def test_an_error_quotes_the_input_briefly(served: Served, sent: Sent, status: int,
                                            error: str) -> None:
     """Each quoted the client's value whole (repr, then JSON: up to 5 bytes a byte): 60 KB of
-    path or header, or a 500 KB feedback field, came back as up to 2.5 MB of error."""
+    path or header, or a 500 KB feedback field, came back as up to 2.5 MB of error. Quoted
+    as a JSON string, in the client's terms (``"/v1/x"``, ``\\u007f``), not as Python's
+    repr (``'/v1/x'``, ``\\x7f``), which an issue's and an unknown trace's 404 also used
+    unbounded (``!r``)."""
     for handler, one in zip((served.open, served.guarded), _credentials(sent), strict=True):
         resp = handler(request_of(one))
         assert resp.status == status and len(resp.body) <= ERROR_BYTES, resp.body[:200]
@@ -362,4 +368,4 @@ def test_a_malformed_request_target_is_quoted_briefly(served: Served) -> None:
     finally:
         conn.close()
     assert resp.status == 400 and len(body) <= ERROR_BYTES
-    assert json.loads(body)["error"].startswith("malformed request target 'http://[aaaa")
+    assert json.loads(body)["error"].startswith('malformed request target "http://[aaaa')
