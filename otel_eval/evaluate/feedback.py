@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import reprlib
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from otel_eval.base.component import Held, settle
+from otel_eval.base.printable import as_json
 from otel_eval.evaluate.evaluator import Evaluator, normalize_outcome
 from otel_eval.outputs.deps import JudgedResults
 from otel_eval.store.base import EvaluationStore
@@ -72,9 +72,10 @@ class Feedback:
         """
         outcome = normalize_outcome(outcome_value)
         if outcome is None:
-            # reprlib: a bounded quote of whatever JSON the sender put there (the API's 400)
-            raise ValueError(f"outcome {reprlib.repr(outcome_value)} is not success/failure "
-                             "(or 1/0)")
+            # the API's 400 says "outcome: " before it; the value as the sender wrote it
+            # (JSON: null, "maybe", 0.5), bounded
+            raise ValueError("expected success or failure (or 1 or 0, true or false), "
+                             f"got {as_json(outcome_value)}")
         store = self.store
         written = False
         owed: int | None = None  # when the record was owed (``results_owed``)

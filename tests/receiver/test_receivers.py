@@ -230,10 +230,14 @@ def test_feedback_outcome_updates_the_stored_verdict(tmp_path: Path) -> None:
         before = h.svc.store.get("cd" * 16)
         assert before is not None and before["verdict"]["outcome"] is None
         assert any(f["detector"] == "loop" for f in before["findings"])
-        for score in (0.5, 2, -7):  # a score is no outcome (before: 0.5 failure, 2 success)
+        # a score is no outcome (before: 0.5 failure, 2 success); the 400 names the value as
+        # sent, JSON (it read "outcome: outcome None is not success/failure" for a null)
+        for score in (0.5, 2, -7, None, "maybe", [True]):
             code, body, _ = _post(f"{h.admin_url}/v1/feedback", json.dumps(
                 {"trace_id": "cd" * 16, "outcome": score}).encode(), "application/json")
-            assert code == 400 and b"is not success/failure (or 1/0)" in body
+            assert (code, json.loads(body)) == (400, {
+                "error": "outcome: expected success or failure (or 1 or 0, true or false), "
+                         f"got {json.dumps(score)}", "parameter": "outcome"}), body
         assert h.svc.store.get("cd" * 16) == before
         code, body, _ = _post(f"{h.admin_url}/v1/feedback",
                               json.dumps({"trace_id": "cd" * 16, "outcome": 1}).encode(),
