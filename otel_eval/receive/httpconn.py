@@ -271,6 +271,12 @@ class Connection(BaseHTTPRequestHandler):
             raise HeaderTooLarge()  # what was read ahead past the head is not counted
         if self.reader.eof:
             raise ClientClosed("the client closed inside the request headers")
+        if self.request_version == "HTTP/1.0" and "Transfer-Encoding" in self.headers:
+            # no transfer coding before HTTP/1.1: its framing is faulty, and what a front end
+            # took for this request's end is unknown; answered, then closed (RFC 9112 6.1)
+            self.send_error(400, "Transfer-Encoding in an HTTP/1.0 request",
+                            reason="unsupported_transfer_encoding")
+            return
         self._dispatch()
 
     def _dispatch(self) -> None:

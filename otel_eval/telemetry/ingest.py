@@ -27,7 +27,7 @@ class IngestMetrics:
                            "Requests refused whole, by reason: before reading them "
                            "(unauthenticated, forbidden, unsupported_content_type, "
                            "unsupported_content_encoding: brotli, zstd, "
-                           "unsupported_transfer_encoding: not chunked, "
+                           "unsupported_transfer_encoding: not chunked, or in HTTP/1.0, "
                            "length_required: neither a length nor chunked, "
                            "unsupported_signal: an OTLP metrics export), or "
                            "unread or undecodable (too_large, malformed_request: their "
@@ -95,9 +95,9 @@ class IngestMetrics:
         """``protocol``: grpc | http | admin; ``reason``: unauthenticated | forbidden |
         receive_timeout (gRPC: no message within grpc_receive_timeout_s) |
         unsupported_content_type | unsupported_content_encoding (one not decoded here: br,
-        zstd) | unsupported_transfer_encoding (one not chunked: 501) | length_required
-        (neither Content-Length nor chunked: 411) | unsupported_signal (an OTLP metrics
-        export) | too_large |
+        zstd) | unsupported_transfer_encoding (one not chunked: 501; any in HTTP/1.0: 400) |
+        length_required (neither Content-Length nor chunked: 411) | unsupported_signal (an
+        OTLP metrics export) | too_large |
         malformed_request (an export whose spans cannot be counted: each counts here, or a
         sender whose every export is refused shows nowhere); refused by the HTTP server
         before a handler (``httpserver.REFUSE_REASONS``): bad_request_line |

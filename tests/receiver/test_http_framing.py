@@ -159,6 +159,19 @@ def test_a_framing_not_read_here_is_refused_with_its_own_reason(
     assert _samples(h, "spans_rejected_total") == []  # no spans were read to reject
 
 
+def test_a_transfer_coding_in_an_http_1_0_request_is_refused_and_closes(h: Harness) -> None:
+    """HTTP/1.0 has no transfer codings: a request framed chunked in it is faulty framing
+    (RFC 9112 6.1), answered 400 and counted as its framing's refusal, never read."""
+    assert h.svc.http is not None
+    lines = ["POST /v1/traces HTTP/1.0", *_AUTHED[1:], "Transfer-Encoding: chunked"]
+    with _send_head(h.svc.http.port, lines) as s:
+        s.sendall(b"0\r\n\r\n")
+        answers = _answers(s)
+    assert answers == [b"HTTP/1.1 400 "]
+    refused = {labels["reason"]: n for labels, n in _samples(h, "requests_refused_total")}
+    assert refused == {"unsupported_transfer_encoding": 1}
+
+
 def _samples(h: Harness, name: str) -> list[tuple[dict[str, str], float]]:
     return [(s.labels, s.value) for m in h.svc.registry.collect() for s in m.samples
             if s.name == f"otel_eval_receiver_{name}" and s.value]
