@@ -357,8 +357,8 @@ class _Routes:
             return refused
         trace_id = found.group(1).lower()
         body = self.api.get(trace_id) if is_trace_id(trace_id) else None
-        return _json(200, body) if body else _error(
-            404, f"no evaluation for trace {quoted(trace_id)}")
+        return _json(200, body) if body else _error(  # named as it was asked for
+            404, f"no evaluation for trace {quoted(found.group(1))}")
 
     def issues(self, req: Request, _found: re.Match[str]) -> Response:
         if (refused := no_params(req.query)) is not None:
@@ -430,6 +430,8 @@ class _Routes:
         return _json(200, record) if record else _error(404, f"no session {quoted(session_id)}")
 
     def feedback(self, req: Request, _found: re.Match[str]) -> Response:
+        if (refused := no_params(req.query)) is not None:
+            return refused  # its body unread: the connection closes after the answer
         try:
             raw = req.body(MAX_FEEDBACK_BYTES)
         except BodyError as e:  # what was not read must not become a request
@@ -438,20 +440,20 @@ class _Routes:
                          close=True)
         try:
             body = loads_bounded(raw or b"null", max_depth=8)
-            trace_id, outcome = str(body["trace_id"]).lower(), body["outcome"]
+            sent, outcome = str(body["trace_id"]), body["outcome"]
         except (ValueError, KeyError, TypeError) as e:
             why = f" ({e})" if isinstance(e, ValueError) else ""
             missing = e.args[0] if isinstance(e, KeyError) else "body"
             return _bad(missing, 'expected JSON {"trace_id": "<32 hex>", "outcome": ...}'
                         + why)
-        if not is_trace_id(trace_id):
-            return _bad("trace_id", f"must be 32 hex digits, got {quoted(trace_id)}")
+        if not is_trace_id(trace_id := sent.lower()):
+            return _bad("trace_id", f"must be 32 hex digits, got {quoted(sent)}")
         try:
             updated = self.api.feedback(trace_id, outcome)
         except ValueError as e:
             return _bad("outcome", str(e))
         return _json(200, updated) if updated else _error(
-            404, f"no evaluation for trace {quoted(trace_id)}: feedback is taken once the trace "
+            404, f"no evaluation for trace {quoted(sent)}: feedback is taken once the trace "
             "is evaluated (nothing recorded)")
 
 

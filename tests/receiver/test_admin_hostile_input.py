@@ -296,7 +296,8 @@ def _feedback(trace_id: str, outcome: object) -> Sent:
     (Sent("GET", "/v1/nothing/" + "\x7f" * 60_000), 404, 'unknown path "/v1/nothing/\\u007f'),
     (Sent("X" * 60_000, "/nowhere"), 405, '"XXXX'),  # a path none serves: the method
     (Sent("GET", "/v1/issues/" + "x" * 80 + "/runs"), 404, f'no issue "{"x" * 80}" in the'),
-    (_feedback("F" * 32, "success"), 404, f'no evaluation for trace "{"f" * 32}": feedback'),
+    (Sent("GET", "/v1/evaluations/" + "AB" * 16), 404, f'no evaluation for trace "{"AB" * 16}"'),
+    (_feedback("F" * 32, "success"), 404, f'no evaluation for trace "{"F" * 32}": feedback'),
     (Sent("GET", "/v1/evaluations?" + "%00" * 2_700 + "=1"), 400, "\x00" * 100 + ": unknown"),
     (Sent("GET", "/v1/issues/iss_x/runs?limit=" + "²" * 8_000), 400, "limit: must be"),
     (_feedback("\x7f" * 500_000, 1), 400, "trace_id: must be 32 hex"),
@@ -306,7 +307,8 @@ def _feedback(trace_id: str, outcome: object) -> Sent:
     (_post(b"{}", ("Transfer-Encoding", "\x7f" * 60_000)), 501, "unsupported Transfer-Enc"),
     (Sent("POST", "/v1/feedback", (("Content-Type", "application/json"),
                                    ("Content-Length", "\x7f" * 60_000))), 400, "body: invalid"),
-], ids=["evaluation", "session", "path", "method", "issue", "unknown-trace", "parameter",
+], ids=["evaluation", "session", "path", "method", "issue", "as-asked", "unknown-trace",
+        "parameter",
         "page", "trace_id", "outcome",
         "content-encoding", "transfer-encoding", "content-length"])
 def test_an_error_quotes_the_input_briefly(served: Served, sent: Sent, status: int,

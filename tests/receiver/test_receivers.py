@@ -250,3 +250,12 @@ def test_feedback_outcome_updates_the_stored_verdict(tmp_path: Path) -> None:
         code, body, _ = _post(f"{h.admin_url}/v1/feedback", b'{"trace_id": "zz"}',
                               "application/json")
         assert code == 400
+        # the path takes no parameter: one is refused, not ignored, and nothing recorded
+        code, body, _ = _post(f"{h.admin_url}/v1/feedback?outcome=failure", json.dumps(
+            {"trace_id": "cd" * 16, "outcome": 0}).encode(), "application/json")
+        assert (code, json.loads(body)["parameter"]) == (400, "outcome"), body
+        assert h.svc.store.get("cd" * 16) == after
+        # an unknown trace is named as it was sent, not as it was looked up
+        code, body, _ = _post(f"{h.admin_url}/v1/feedback", json.dumps(
+            {"trace_id": "EF" * 16, "outcome": 0}).encode(), "application/json")
+        assert code == 404 and f'"{"EF" * 16}"' in json.loads(body)["error"], body
