@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -80,3 +81,36 @@ def test_store_failures_of_the_judge_are_one_line_then_a_count(
     assert got[1].getMessage().endswith("failed: OSError (19 more judge store failures not "
                                         "logged since the last)")
     assert all(r.exc_info is None for r in got)
+
+
+class _JournalDown:
+    def _down(self, *_: Any) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    add = add_session = remove_session = _down
+
+
+def test_journal_failures_of_the_judge_are_one_line_then_a_count(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The pending journal failing (its disk full or gone) fails each trace's and session's
+    mark: judging goes on unjournaled, and the log says one line, then a count."""
+    store, clock = Store(str(tmp_path / "store.db")), ManualClock()
+    try:
+        stage = JudgeStage(JudgeConfig(), LoopThread(), store, Metrics(CollectorRegistry()),
+                           cache_path=str(tmp_path / "store.db"), clock=clock)
+        stage._journal = _JournalDown()  # type: ignore[assignment]
+        with caplog.at_level(logging.WARNING):
+            for n in range(10):  # a trace's mark failing, then a session's
+                assert not stage._journal_add(f"{n + 1:032x}", 0, "a0", 1)
+                assert not stage._journal_session(f"s{n}", 1, add=n % 2 == 0)
+            clock.advance(STORE_LOG_INTERVAL_S)
+            assert not stage._journal_add(f"{11:032x}", 0, "a0", 1)
+    finally:
+        store.close()
+    got = [r for r in caplog.records if r.name == "otel_eval.evaluate.judge.stage"]
+    assert len(got) == 2, [r.getMessage() for r in got]
+    assert got[0].getMessage() == (f"journaling judge work of trace {1:032x} failed: "
+                                   "disk I/O error")
+    assert got[1].getMessage().endswith("failed: disk I/O error (19 more judge store "
+                                        "failures not logged since the last)")
+    assert all(r.levelno == logging.ERROR for r in got)

@@ -235,7 +235,8 @@ class JudgeStage:
             else:
                 journal.remove_session(key, completions)
         except sqlite3.Error as e:  # judging goes on; only a crash's mark is at stake
-            log.error("journaling the judgement of session %s failed: %s", key, e)
+            self._store_failed(logging.ERROR, "journaling the judgement of session %s "
+                               "failed: %s", key, e)
             return False
         return True
 
@@ -255,7 +256,8 @@ class JudgeStage:
         try:
             self._journal.add(trace_id, revision, run_span_id, evaluated_at_ns)
         except sqlite3.Error as e:  # judging goes on; only a crash's mark is at stake
-            log.error("journaling judge work of trace %s failed: %s", trace_id, e)
+            self._store_failed(logging.ERROR, "journaling judge work of trace %s failed: %s",
+                               trace_id, e)
             return False
         return True
 
