@@ -262,7 +262,7 @@ def _evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Se
             limited_line(evaluator.store_log, log, "reading the outcomes recorded while %d "
                          "trace(s) were stored failed (%s); their next evaluation applies "
                          "them", len(evaluated), _one_line(e), counted="store failures")
-    evicted = _remember(store, [ev for ev, _ in results if ev is not None])
+    evicted = _remember(evaluator, store, evaluated)
     outcomes = [Outcome(None, False, skipped=NOT_A_RUN) if ev is None
                 else Outcome(ev, next(superseded) and ev.trace_id not in own, failure)
                 for ev, failure in results]
@@ -321,14 +321,17 @@ def _outcomes_recorded_meanwhile(evaluator: Evaluator, store: EvaluationStore,
                 "next evaluation applies them", len(stale))
 
 
-def _remember(store: EvaluationStore, evaluations: list[Evaluation]) -> dict[str, int]:
+def _remember(evaluator: Evaluator, store: EvaluationStore,
+              evaluations: list[Evaluation]) -> dict[str, int]:
     """The batch's named completed runs into the agent history (after their commit: a
     failure here loses no evaluation, only what later runs could have inferred); the rows
-    its bounds deleted, by reason."""
+    its bounds deleted, by reason. A store that cannot fails every batch: a line per
+    interval (``evaluator.store_log``)."""
     try:
         return store.remember_agents(learned(evaluations))
     except Exception as e:
-        log.warning("recording the agent history failed: %s", type(e).__name__)
+        limited_line(evaluator.store_log, log, "recording the agent history failed: %s",
+                     type(e).__name__, counted="store failures")
         return {}
 
 

@@ -92,3 +92,33 @@ def test_outcomes_a_store_cannot_read_after_each_batch_are_one_line_then_a_count
     got = [g for g in lines(caplog) if g.startswith("reading the outcomes recorded")]
     assert len(got) == 2, got
     assert got[1].endswith("(19 more store failures not logged since the last)"), got
+
+
+def test_an_agent_history_a_store_cannot_record_is_one_line_then_a_count(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A store that cannot record the agent history (after each batch's commit) wrote a
+    line per batch: a batch is one trace when traffic is light."""
+    store = open_store(str(tmp_path / "s.db"))
+    calls: list[int] = []
+
+    def down(rows: Any) -> Any:
+        calls.append(1)
+        raise OSError("disk I/O error")
+
+    monkeypatch.setattr(store, "remember_agents", down)
+    clock = ManualClock()
+    evaluator = Evaluator(Config(), clock=clock)
+    try:
+        with caplog.at_level(logging.WARNING):
+            outs = [o for n in range(20) for o in evaluate_and_store(evaluator, store, [run(n)])]
+            clock.advance(FAILURE_LOG_INTERVAL_S)
+            outs += evaluate_and_store(evaluator, store, [run(20)])
+    finally:
+        store.close()
+    assert len(calls) == 21
+    assert all(o.evaluation is not None and o.failure is None for o in outs)  # all stored
+    got = [g for g in lines(caplog) if g.startswith("recording the agent history")]
+    assert len(got) == 2, got
+    assert got[0] == "recording the agent history failed: OSError", got
+    assert got[1].endswith("(19 more store failures not logged since the last)"), got
