@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,70 @@ def test_a_labels_line_holding_unicode_line_separators_reads(tmp_path: Path) -> 
                                 "note": "\u0635\u062d\u064a\u062d\u2028ok\x85"},
                                ensure_ascii=False) + "\n", encoding="utf-8")
     assert read_labels([str(path)]).by_trace == {trace: True}
+
+
+def _text_doc(idf: str) -> str:
+    """A model with 1,000 text terms whose idf list is ``idf`` (JSON text, as written)."""
+    terms = [f"t{i}" for i in range(1000)]
+    doc = _doc(format_version=2, calibration={"method": "stack", "a": [1, 1], "b": 0},
+               text={"text_version": 1, "terms": terms, "idf": "IDF",
+                     "coefficients": [0.5] * 1000, "intercept": 0})
+    return json.dumps(doc).replace('"IDF"', idf)
+
+
+_FINE = ["1.5"] * 1000
+
+
+@pytest.mark.parametrize(("token", "problem"), [
+    ("NaN", "NaN is not a number JSON allows"),
+    ("Infinity", "Infinity is not a number JSON allows"),
+    ("-Infinity", "-Infinity is not a number JSON allows"),
+    ("1e999", "text.idf: inf is not a finite number"),
+    ("-1e999", "text.idf: -inf is not a finite number"),
+    ("1e10", "text.idf: 10000000000.0 is not a finite number"),
+    ("9" * 400, "text.idf: 9999999999"),
+    ("true", "text.idf: True is not a finite number"),
+    ("null", "text.idf: None is not a finite number"),
+    ('"1"', "text.idf: '1' is not a finite number"),
+    ("[1]", "text.idf: [1] is not a finite number"),
+])
+@pytest.mark.parametrize("at", [0, 617, 999])
+def test_one_bad_number_anywhere_in_a_long_list_is_named(tmp_path: Path, token: str,
+                                                         problem: str, at: int) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(_text_doc("[" + ", ".join([*_FINE[:at], token, *_FINE[at + 1:]]) + "]"))
+    with pytest.raises(ModelFileError, match=re.escape(problem)):
+        load_model(path)
+
+
+@pytest.mark.parametrize("idf", ["[" + ", ".join(_FINE[:999]) + "]",
+                                 "[" + ", ".join([*_FINE, "1"]) + "]",
+                                 '{"0": 1.5}', "1.5", "null"])
+def test_a_number_list_of_the_wrong_shape_is_named(tmp_path: Path, idf: str) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(_text_doc(idf))
+    with pytest.raises(ModelFileError, match=re.escape("text.idf: expected a list of 1000")):
+        load_model(path)
+
+
+def test_ints_floats_and_the_bounds_load_as_the_floats_they_are(tmp_path: Path) -> None:
+    values = [1, -2.5, 1e9, -1e9, 0, -0.0, 5e-324, 10**9, -(10**9)] * 111 + [3]
+    path = tmp_path / "m.json"
+    path.write_text(_text_doc(json.dumps(values)))
+    terms = load_model(path).text.terms  # type: ignore[union-attr]
+    got = [terms[f"t{i}"][0] for i in range(1000)]
+    assert got == [float(v) for v in values]
+    assert all(type(v) is float for v in got)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 2e9, True, 10**400])
+@pytest.mark.parametrize("at", [0, 617, 999])
+def test_write_model_refuses_a_non_finite_number_computed_anywhere(tmp_path: Path, bad: Any,
+                                                                    at: int) -> None:
+    """A document built in Python (``train``'s) may hold a NaN, which no JSON token gives:
+    a NaN compares false to every bound, so it must be refused wherever it sits."""
+    doc = json.loads(_text_doc(json.dumps([1.5] * 1000)))
+    doc["text"]["idf"][at] = bad
+    with pytest.raises(ValueError, match=r"text\.idf: .* is not a finite number"):
+        write_model(doc, tmp_path / "m.json")
+    assert not (tmp_path / "m.json").exists()
