@@ -11,7 +11,7 @@ import re
 
 from otel_eval.base.printable import printable
 from otel_eval.outputs.ui.issues import issues_page
-from otel_eval.outputs.ui.values import SMALL_CHARS, Budget, short, value
+from otel_eval.outputs.ui.values import HEAD_CHARS, SMALL_CHARS, Budget, short, value
 
 # a backslash followed by less than a whole escape, right before the ellipsis
 _BROKEN = re.compile(r"\\(?:x[0-9a-f]?|u[0-9a-f]{0,3})?…")
@@ -43,3 +43,17 @@ def test_a_value_cut_by_the_pages_budget_ends_on_a_whole_escape() -> None:
         shown = page[page.index("a" * pad):page.index("</pre>")]
         assert printable(raw).startswith(shown), (pad, shown[-8:])
         assert not re.search(r"\\(?:x[0-9a-f]?|u[0-9a-f]{0,3})?$", shown), (pad, shown[-8:])
+
+
+def test_a_long_value_folds_on_a_whole_escape() -> None:
+    """The unfolded head of a long value ends at ``HEAD_CHARS`` characters: that fold could
+    split an escape, the head ending in ``\\x1`` and the folded part starting with ``b``."""
+    for control in ("\x1b", "\u202e", "\x85", "\r"):
+        width = len(printable(control))
+        for pad in range(HEAD_CHARS - width + 1, HEAD_CHARS + 1):  # every offset the fold crosses
+            raw = "a" * pad + control + "b" * 1000
+            page = html.unescape(str(value("output", raw, Budget(), None)))
+            head, folded = re.findall(r"<pre>(.*?)</pre>", page, re.S)
+            assert len(head) <= HEAD_CHARS, (pad, len(head))
+            assert not re.search(r"\\(?:x[0-9a-f]?|u[0-9a-f]{0,3})?$", head), (pad, head[-8:])
+            assert head + folded == printable(raw, keep="\n\t"), (pad, head[-8:], folded[:8])

@@ -62,8 +62,9 @@ def short(value: Any, limit: int = NAME_CHARS) -> str:
 
 
 def _head(text: str) -> int:
-    """Where the unfolded head of ``text`` ends: ``HEAD_CHARS`` or ``HEAD_LINES`` lines."""
-    end = min(len(text), HEAD_CHARS)
+    """Where the unfolded head of ``text`` ends: ``HEAD_CHARS`` or ``HEAD_LINES`` lines, never
+    inside an escape (``escaped_cut``: the head never ends in ``\\x1``, the fold in ``b``)."""
+    end = len(escaped_cut(text, HEAD_CHARS))
     at = -1
     for _ in range(HEAD_LINES):
         at = text.find("\n", at + 1, end)
