@@ -59,3 +59,12 @@ def short_name(value: Any, where: str) -> str:
         raise ValueError(f"{where}: expected a non-empty string of at most {MAX_NAME_CHARS} "
                          "characters")
     return value
+
+
+def short_names(values: list[Any], where: str) -> list[str]:
+    """``short_name`` of each of ``values`` (a model's 20,000 text terms), checked in C when
+    every one is a plain non-empty string short enough; else the first bad one is named."""
+    if ({*map(type, values)} == {str} and all(values)
+            and max(map(len, values)) <= MAX_NAME_CHARS):
+        return list(values)
+    return [short_name(v, where) for v in values]

@@ -170,3 +170,15 @@ def test_write_model_refuses_a_non_finite_number_computed_anywhere(tmp_path: Pat
     with pytest.raises(ValueError, match=r"text\.idf: .* is not a finite number"):
         write_model(doc, tmp_path / "m.json")
     assert not (tmp_path / "m.json").exists()
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 201, 5, None, True, ["t"]])
+@pytest.mark.parametrize("at", [0, 617, 999])
+def test_one_bad_term_anywhere_in_a_long_list_is_named(tmp_path: Path, bad: Any,
+                                                       at: int) -> None:
+    doc = json.loads(_text_doc(json.dumps([1.5] * 1000)))
+    doc["text"]["terms"][at] = bad
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ModelFileError, match=re.escape("text.terms[]: expected a non-empty")):
+        load_model(path)

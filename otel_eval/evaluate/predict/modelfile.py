@@ -42,7 +42,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from otel_eval.base.documents import finite_numbers, short_name
+from otel_eval.base.documents import finite_numbers, short_name, short_names
 from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.predict.features import FEATURES_VERSION, READABLE_FEATURES_VERSIONS
 from otel_eval.evaluate.predict.text import TEXT_VERSION, term_counts, term_key
@@ -231,7 +231,7 @@ def _model(doc: Any, nested: bool) -> Model:
     names = doc.get("features")
     if not isinstance(names, list) or not 0 < len(names) <= MAX_FEATURES:
         raise ValueError(f"features: expected a list of 1 to {MAX_FEATURES} names")
-    features = tuple(short_name(n, "features[]") for n in names)
+    features = tuple(short_names(names, "features[]"))
     if len(set(features)) != len(features):
         raise ValueError("features: names repeat")
     n = len(features)
@@ -282,10 +282,10 @@ def _text_model(doc: Any) -> TextModel | None:
     names = doc.get("terms")
     if not isinstance(names, list) or not 0 < len(names) <= MAX_TERMS:
         raise ValueError(f"text.terms: expected a list of 1 to {MAX_TERMS} terms")
-    words = [short_name(n, "text.terms[]") for n in names]
+    words = short_names(names, "text.terms[]")
     idf = finite_numbers(doc.get("idf"), len(words), "text.idf")
     coefficients = finite_numbers(doc.get("coefficients"), len(words), "text.coefficients")
-    table = {w: (i, c) for w, i, c in zip(words, idf, coefficients, strict=True)}
+    table = dict(zip(words, zip(idf, coefficients, strict=True), strict=True))
     if len(table) != len(words):
         raise ValueError("text.terms: terms repeat")
     return TextModel(table, _number(doc.get("intercept"), "text.intercept"))
