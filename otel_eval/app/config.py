@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
-from otel_eval.app.admin import AdminConfig
+from otel_eval.app.admin_config import AdminConfig
 from otel_eval.app.lifecycle import ServiceConfig
 from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.base.configcheck import (
