@@ -18,8 +18,8 @@ from conformance import corpus
 from otel_eval.base.model import Trace
 from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.evaluate.detectors import loop
 from otel_eval.evaluate.detectors.config import LoopConfig
+from otel_eval.evaluate.detectors.stagnation import stagnation
 from otel_eval.evaluate.trajectory import build_trajectory
 from otel_eval.receive.loaders import load_file
 
@@ -51,11 +51,11 @@ def test_six_templated_turns_for_six_cities_are_not_stagnation(tmp_path: Path,
     turns = [s for s in t.llm_steps if "next_thought" in (s.answer or "")]
     assert len(turns) == 7  # six calls and the finish turn
     assert len({s.answer for s in turns}) == 7
-    assert loop.stagnation(t.llm_steps, LoopConfig()) == []
+    assert stagnation(t.llm_steps, LoopConfig()) == []
 
 
 @pytest.mark.parametrize("scope", sorted(SCOPES))
 def test_the_same_templated_turn_repeated_is_stagnation(tmp_path: Path, scope: str) -> None:
     t = _trajectory(tmp_path, "loop", scope)
-    found = loop.stagnation(t.llm_steps, LoopConfig())
+    found = stagnation(t.llm_steps, LoopConfig())
     assert [f.message for f in found] == ["4 consecutive near-identical LLM outputs"]

@@ -75,7 +75,7 @@ def test_stagnation_precheck_never_rejects_a_similar_pair() -> None:
     threshold (random near-duplicates and unrelated outputs, several thresholds)."""
     import difflib
 
-    from otel_eval.evaluate.detectors.loop import _shares_a_run, _spaced
+    from otel_eval.evaluate.detectors.stagnation import _shares_a_run, _spaced
 
     rng = random.Random(3)
     vocab = [f"w{i}" for i in range(12)]
