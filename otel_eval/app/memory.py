@@ -20,11 +20,13 @@ A Kafka worker's consumer (``kafka.brokers`` without ``publish``) is counted as 
 configuration goes: aiokafka (0.14, ``consumer/fetcher.py``) has a response per broker in
 flight (``kafka.fetch_max_bytes``; the brokers listed in ``kafka.brokers`` counted, a
 cluster may have more) and a compressed batch decompressed while its records are read (up to
-``kafka.max_batch_bytes``). Not counted: what it keeps per assigned partition until it is
-read, one fetched result each (``kafka.max_partition_fetch_bytes``, 1 MiB by default, both
-topics' partitions), which depends on the partitions a worker is assigned; nor a
-partition's first record batch, fetched whole when larger than either fetch size (the
-brokers' record size, which the configuration does not give). Not counted either: an
+``kafka.max_batch_bytes``), and what it keeps per assigned partition until it is read, one
+fetched result each (``KafkaConfig.fetched_bytes``: ``kafka.max_partition_fetch_bytes``,
+1 MiB by default, both topics' partitions; ``fetch_max_bytes`` caps one response, not what
+is kept), counted when the caller gives the partitions (``kafka_partitions``: only the group,
+or the topics' partition count, gives them; the worker logs the figure on each assignment).
+Not counted: a partition's first record batch, fetched whole when larger than either fetch
+size (the brokers' record size, which the configuration does not give). Not counted either: an
 evaluation worker's trace (``trajectory`` bounds). The requests being
 decoded, protobuf and OTLP/JSON, and the Kafka records decoded and not yet taken by the engine
 (waiting for a retry too) are within ``receiver.max_decoding_bytes``.
@@ -57,8 +59,9 @@ ISSUES_BYTES = 432 * MIB
 GRPC_QUEUED_CALL_BYTES = 8 * MIB
 
 
-def worst_case(config: Config) -> dict[str, int]:
-    """Bytes each part the mode builds may hold at once, at worst (module docstring)."""
+def worst_case(config: Config, kafka_partitions: int = 0) -> dict[str, int]:
+    """Bytes each part the mode builds may hold at once, at worst (module docstring);
+    ``kafka_partitions``: those a Kafka worker is assigned, both topics', when known."""
     front_end = config.kafka.enabled and config.kafka.publish
     judge = config.judge.active and not front_end  # judge.build: a model, not switched off
     parts = {"idle process (serve --kafka-publish)" if front_end
@@ -78,17 +81,22 @@ def worst_case(config: Config) -> dict[str, int]:
         return parts
     parts.update(_evaluating(config))
     if config.kafka.enabled:
-        parts.update(_consuming(config))
+        parts.update(_consuming(config, kafka_partitions))
     return parts
 
 
-def _consuming(config: Config) -> dict[str, int]:
-    """A Kafka worker's consumer, what its configuration bounds (module docstring)."""
+def _consuming(config: Config, partitions: int) -> dict[str, int]:
+    """A Kafka worker's consumer, what its configuration and ``partitions`` bound (module
+    docstring)."""
     k = config.kafka
     brokers = sum(1 for b in k.brokers.split(",") if b.strip())
-    return {"Kafka fetch responses (brokers listed x fetch_max_bytes)":
-            brokers * k.fetch_max_bytes,
-            "Kafka record batch being decompressed (max_batch_bytes)": k.max_batch_bytes}
+    parts = {"Kafka fetch responses (brokers listed x fetch_max_bytes)":
+             brokers * k.fetch_max_bytes,
+             "Kafka record batch being decompressed (max_batch_bytes)": k.max_batch_bytes}
+    if partitions:
+        parts["Kafka fetched results kept (partitions x max_partition_fetch_bytes)"] = \
+            k.fetched_bytes(partitions)
+    return parts
 
 
 def _receiving(config: Config) -> dict[str, int]:

@@ -160,8 +160,8 @@ def test_a_kafka_workers_fetch_buffers_are_counted() -> None:
     """A Kafka worker's consumer holds aiokafka's fetch responses (``kafka.fetch_max_bytes``
     each, one in flight per broker: the brokers listed counted) and a record batch being
     decompressed (``kafka.max_batch_bytes``); neither was counted. What it keeps per
-    assigned partition (``max_partition_fetch_bytes``) depends on the partitions, which the
-    configuration does not give (app/memory.py)."""
+    assigned partition (``max_partition_fetch_bytes``) is counted when the partitions are
+    given (tests/kafka/test_kafka_fetch_buffers.py)."""
     worker = build(Config, {"kafka": {"brokers": "a:9092,b:9092", "fetch_max_bytes": 8 << 20,
                                       "max_partition_fetch_bytes": 1 << 20,
                                       "max_batch_bytes": 16 << 20}})

@@ -100,7 +100,8 @@ class KafkaConfig:
     # Kafka's max.partition.fetch.bytes; the collector's kafkareceiver calls it
     # max_partition_fetch_size). The consumer keeps one fetched result per assigned partition
     # (both topics) until it is read: partitions x this (a partition's first record batch
-    # whole when larger), which depends on the partitions a worker is assigned. Default 1 MiB.
+    # whole when larger; fetch_max_bytes does not cap it), logged on each assignment.
+    # Default 1 MiB.
     max_partition_fetch_bytes: int = 1024 * 1024
     # Most bytes one fetch response from a broker carries, over its partitions (aiokafka's
     # fetch_max_bytes, Kafka's fetch.max.bytes; the kafkareceiver's max_fetch_size, unlimited
@@ -165,3 +166,13 @@ class KafkaConfig:
     @property
     def enabled(self) -> bool:
         return bool(self.brokers.strip())
+
+    def fetched_bytes(self, partitions: int) -> int:
+        """What a worker's fetches keep, at worst, with ``partitions`` assigned (both topics'):
+        aiokafka (0.14, ``consumer/fetcher.py``) keeps one fetched result per partition until
+        it is read (a paused partition's is dropped at the next poll) and fetches a partition
+        again once its result is read, so the results of successive responses pile up:
+        ``fetch_max_bytes`` caps one response, not what is kept (6 partitions kept 6 x 64 KiB
+        with 64 KiB fetches, tests/kafka/test_kafka_fetch_buffers.py). A partition's first
+        record batch larger than both comes whole (the brokers' record size)."""
+        return partitions * self.max_partition_fetch_bytes

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -20,6 +21,8 @@ from otel_eval.receive.ingest import Submitter
 from otel_eval.receive.kafka.offsets import MAX_DONE_RANGE, OffsetTracker, TraceGate
 from otel_eval.receive.kafka.records import Record
 from otel_eval.receive.kafka.retries import Retries
+
+log = logging.getLogger(__name__)
 
 
 def is_logs(config: KafkaConfig, tp: TopicPartition) -> bool:
@@ -47,6 +50,15 @@ class Flow:
         # when the spans records of open runs were last counted (``_held_open``), how many
         self._open_held: tuple[float, int] = (float("-inf"), 0)
         self._last_ends = 0.0
+
+    def assigned(self, partitions: int) -> None:
+        """Say what the fetches may keep with ``partitions`` assigned now
+        (``KafkaConfig.fetched_bytes``): only the group (or, ``static``, the topics' partition
+        count) gives the partitions, so ``app.memory`` counts it only when told them."""
+        held = self.config.fetched_bytes(partitions)
+        log.info("kafka: %d partition(s) assigned; their fetched records may hold %.1f MiB "
+                 "(partitions x max_partition_fetch_bytes, beyond the fetch responses in "
+                 "flight)", partitions, held / 2**20)
 
     def forget(self, tp: TopicPartition) -> None:
         """A revoked partition: its new owner reports its lag."""
