@@ -20,11 +20,13 @@ A Kafka worker's consumer (``kafka.brokers`` without ``publish``) is counted as 
 configuration goes: aiokafka (0.14, ``consumer/fetcher.py``) has a response per broker in
 flight (``kafka.fetch_max_bytes``; the brokers listed in ``kafka.brokers`` counted, a
 cluster may have more) and a compressed batch decompressed while its records are read (up to
-``kafka.max_batch_bytes``), and what it keeps per assigned partition until it is read, one
-fetched result each (``KafkaConfig.fetched_bytes``: ``kafka.max_partition_fetch_bytes``,
-1 MiB by default, both topics' partitions; ``fetch_max_bytes`` caps one response, not what
-is kept), counted when the caller gives the partitions (``kafka_partitions``: only the group,
-or the topics' partition count, gives them; the worker logs the figure on each assignment).
+``kafka.max_batch_bytes``), and what it holds per assigned partition, two fetched results
+each (``KafkaConfig.fetched_bytes``: ``kafka.max_partition_fetch_bytes``, 1 MiB by default,
+both topics' partitions; one kept by aiokafka until it is read, ``fetch_max_bytes`` capping
+one response, not what is kept; one read behind a stalled partition's refused record,
+waiting undecoded with no decoding charge), counted when the caller gives the partitions
+(``kafka_partitions``: only the group, or the topics' partition count, gives them; the
+worker logs the figure on each assignment).
 Not counted: a partition's first record batch, fetched whole when larger than either fetch
 size (the brokers' record size, which the configuration does not give). Not counted either: an
 evaluation worker's trace (``trajectory`` bounds). The requests being
@@ -94,7 +96,7 @@ def _consuming(config: Config, partitions: int) -> dict[str, int]:
              brokers * k.fetch_max_bytes,
              "Kafka record batch being decompressed (max_batch_bytes)": k.max_batch_bytes}
     if partitions:
-        parts["Kafka fetched results kept (partitions x max_partition_fetch_bytes)"] = \
+        parts["Kafka fetched records (2 x partitions x max_partition_fetch_bytes)"] = \
             k.fetched_bytes(partitions)
     return parts
 

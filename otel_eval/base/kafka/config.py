@@ -100,8 +100,9 @@ class KafkaConfig:
     # Kafka's max.partition.fetch.bytes; the collector's kafkareceiver calls it
     # max_partition_fetch_size). The consumer keeps one fetched result per assigned partition
     # (both topics) until it is read: partitions x this (a partition's first record batch
-    # whole when larger; fetch_max_bytes does not cap it), logged on each assignment.
-    # Default 1 MiB.
+    # whole when larger; fetch_max_bytes does not cap it), and a stalled partition's records
+    # read behind the stall wait undecoded, one result more: 2 x partitions x this, logged on
+    # each assignment. Default 1 MiB.
     max_partition_fetch_bytes: int = 1024 * 1024
     # Most bytes one fetch response from a broker carries, over its partitions (aiokafka's
     # fetch_max_bytes, Kafka's fetch.max.bytes; the kafkareceiver's max_fetch_size, unlimited
@@ -168,11 +169,17 @@ class KafkaConfig:
         return bool(self.brokers.strip())
 
     def fetched_bytes(self, partitions: int) -> int:
-        """What a worker's fetches keep, at worst, with ``partitions`` assigned (both topics'):
-        aiokafka (0.14, ``consumer/fetcher.py``) keeps one fetched result per partition until
-        it is read (a paused partition's is dropped at the next poll) and fetches a partition
-        again once its result is read, so the results of successive responses pile up:
-        ``fetch_max_bytes`` caps one response, not what is kept (6 partitions kept 6 x 64 KiB
-        with 64 KiB fetches, tests/kafka/test_kafka_fetch_buffers.py). A partition's first
-        record batch larger than both comes whole (the brokers' record size)."""
-        return partitions * self.max_partition_fetch_bytes
+        """What a worker's fetched records hold, at worst, with ``partitions`` assigned (both
+        topics'), two fetched results each:
+        - aiokafka (0.14, ``consumer/fetcher.py``) keeps one fetched result per partition
+          until it is read (a paused partition's is dropped at a later poll) and fetches a
+          partition again once its result is read, so the results of successive responses
+          pile up: ``fetch_max_bytes`` caps one response, not what is kept (6 partitions kept
+          6 x 64 KiB with 64 KiB fetches, tests/kafka/test_kafka_fetch_buffers.py);
+        - the records read behind a record that stalled its partition wait undecoded, as
+          their bytes, holding no decoding charge: at most what one poll returned for the
+          partition, one result, as it is paused before the next (tests/kafka/
+          test_kafka_stalled_raw.py), while aiokafka may have fetched its next result.
+        A partition's first record batch larger than both fetch sizes comes whole (the
+        brokers' record size)."""
+        return 2 * partitions * self.max_partition_fetch_bytes

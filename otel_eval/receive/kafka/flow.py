@@ -57,7 +57,8 @@ class Flow:
         count) gives the partitions, so ``app.memory`` counts it only when told them."""
         held = self.config.fetched_bytes(partitions)
         log.info("kafka: %d partition(s) assigned; their fetched records may hold %.1f MiB "
-                 "(partitions x max_partition_fetch_bytes, beyond the fetch responses in "
+                 "(2 x partitions x max_partition_fetch_bytes: aiokafka's results kept and "
+                 "records waiting undecoded behind a stall; beyond the fetch responses in "
                  "flight)", partitions, held / 2**20)
 
     def forget(self, tp: TopicPartition) -> None:

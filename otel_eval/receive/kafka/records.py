@@ -19,10 +19,12 @@ is before it is parsed (``Decoder.prepare``). Its charge is held until the engin
 after a refusal: decoded, it holds that memory (the partitions of the records waiting pause
 once they hold half the budget, ``flow``). When the budget is held by others (requests
 or records being decoded, records waiting), the record waits as its bytes, counted once as
-throttled (``decoding``), its partition stalled and paused, and is decoded on a later retry
-pass: Kafka is at-least-once here, so it is never dropped (the committed position stays at
-it). One whose charge alone passes the budget (a receiver answers 413 to such a request,
-never retried) could never be decoded: it is poison, ``too_large``.
+throttled (``decoding``), its partition stalled and paused (the records read behind it wait
+as their bytes too, no more than one fetched result: ``KafkaConfig.fetched_bytes`` counts
+them), and is decoded on a later retry pass: Kafka is at-least-once here, so it is never
+dropped (the committed position stays at it). One whose charge alone passes the budget (a
+receiver answers 413 to such a request, never retried) could never be decoded: it is
+poison, ``too_large``.
 """
 
 from __future__ import annotations
