@@ -109,6 +109,20 @@ def test_held_records_are_decoded_when_their_trace_is_released(tmp_path: Path) -
     assert node.engine._assembler.open_log_bytes == 0
 
 
+def test_a_decoded_record_keeps_its_observed_time_as_held_and_spooled() -> None:
+    """What orders a span's records stamped alike (their observed times) survives a record
+    given decoded to the engine (``hold`` encodes it: what is spooled) and a re-encoded
+    spool row; a row a version before it wrote (no observed time) still decodes, with 0."""
+    [rec] = records("a" * 32, 1)
+    rec.observed_time_unix_nano = 2_000
+    assert otlp_logs.hold(rec).decode() == rec
+    assert otlp_logs.decode_logs(otlp_logs.encode_logs([rec])).records == [rec]
+    older = otlp_logs.encode_logs([rec])
+    older.resource_logs[0].scope_logs[0].log_records[0].ClearField("observed_time_unix_nano")
+    [read] = otlp_logs.decode_logs(older).records
+    assert read.observed_time_unix_nano == 0 and read.time_unix_nano == rec.time_unix_nano
+
+
 def test_a_record_time_past_int64_nanoseconds_is_rejected(tmp_path: Path) -> None:
     node = Node(tmp_path)
     req = otlp_logs.encode_logs(records("b" * 32, 3))

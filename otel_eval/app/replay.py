@@ -218,13 +218,17 @@ def _watch_http(exporter: Any, rejections: Rejections, answer: Any) -> None:
 
 
 def to_readable_log(record: LogEvent, resource: Resource) -> ReadableLogRecord:
-    """One GenAI event log record as the SDK's ``ReadableLogRecord``, ids, time, event name,
-    attributes and body unchanged. Raises ValueError for ids that are not hex."""
+    """One GenAI event log record as the SDK's ``ReadableLogRecord``, ids, time, observed
+    time (what orders a span's records stamped alike: sent again as read, else the SDK's
+    now), event name, attributes and body unchanged. Raises ValueError for ids that are
+    not hex."""
     context = set_span_in_context(NonRecordingSpan(_context(record.trace_id,
                                                             record.span_id or "0")))
     return ReadableLogRecord(LogRecord(
-        timestamp=record.time_unix_nano or None, context=context, body=record.body,
-        attributes=_clean(record.attributes), event_name=record.name or None), resource)
+        timestamp=record.time_unix_nano or None,
+        observed_timestamp=record.observed_time_unix_nano or None, context=context,
+        body=record.body, attributes=_clean(record.attributes),
+        event_name=record.name or None), resource)
 
 
 def _readable(traces: Iterable[Trace]) -> Iterator[tuple[list[ReadableLogRecord],

@@ -249,6 +249,10 @@ class LogEvent:
     # the service.name of its resource ("" when it names none, or not known): whose share
     # of the pending log records it counts in until its trace is evaluated (assembly)
     service: str = ""
+    # when its sender's SDK took it (OTLP ``observed_time_unix_nano``; 0 = not sent): what
+    # orders records of one span stamped alike that came in different requests
+    # (``evaluate.conventions.events``)
+    observed_time_unix_nano: int = 0
 
 
 @dataclass(slots=True)

@@ -105,7 +105,8 @@ class HeldRecord:
         pb = logs_pb2.LogRecord.FromString(self.raw)
         body = anyvalue_to_python(pb.body) if pb.HasField("body") else None
         return LogEvent(self.trace_id, self.span_id, self.name, self.time_unix_nano,
-                        attributes_to_dict(pb.attributes), body, self.service)
+                        attributes_to_dict(pb.attributes), body, self.service,
+                        pb.observed_time_unix_nano)
 
 
 @dataclass
@@ -207,7 +208,7 @@ def decode_logs(req: ExportLogsServiceRequest) -> LogsDecodeResult:
     for record, tid, sid, name, t, _ in _kept(req, out.ignored, out.rejected):
         body = anyvalue_to_python(record.body) if record.HasField("body") else None
         out.records.append(LogEvent(tid, sid, name, t, attributes_to_dict(record.attributes),
-                                    body))
+                                    body, observed_time_unix_nano=record.observed_time_unix_nano))
     return out
 
 
@@ -243,7 +244,8 @@ def hold_logs(req: ExportLogsServiceRequest, every: bool = False,
 
 def _record_pb(r: LogEvent) -> logs_pb2.LogRecord:
     pb = logs_pb2.LogRecord(
-        time_unix_nano=r.time_unix_nano, event_name=r.name,
+        time_unix_nano=r.time_unix_nano, observed_time_unix_nano=r.observed_time_unix_nano,
+        event_name=r.name,
         trace_id=bytes.fromhex(r.trace_id), span_id=bytes.fromhex(r.span_id),
         attributes=dict_to_attributes(r.attributes))
     if r.body is not None:

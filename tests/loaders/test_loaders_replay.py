@@ -18,9 +18,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.sdk.resources import Resource
 
-from otel_eval.app.replay import make_exporter, replay
-from otel_eval.base.model import Span, Trace
+from otel_eval.app.replay import make_exporter, replay, to_readable_log
+from otel_eval.base.model import LogEvent, Span, Trace
 from otel_eval.base.steps import Trajectory
 from otel_eval.decode.otlp import decode_request
 from otel_eval.evaluate.config import TrajectoryConfig
@@ -230,3 +231,11 @@ def test_replay_reads_its_paths_as_eval_does(grpc_collector: tuple[str, _Collect
     spans = [s for t in load_file(DATA / "otlp_request.json") for s in t.spans]
     assert sorted(map(_key, _received(collector.requests)), key=repr) == sorted(
         map(_key, spans), key=repr)
+
+
+def test_a_record_is_replayed_with_its_observed_time() -> None:
+    """What orders a span's records stamped alike (``conventions.events``) is sent again as
+    read, so the replayed run is read in the order ``eval`` reads the file in."""
+    rec = LogEvent("ab" * 16, "cd" * 8, "gen_ai.user.message", 1_000, {}, {"content": "hi"},
+                   observed_time_unix_nano=2_000)
+    assert to_readable_log(rec, Resource.create({})).log_record.observed_timestamp == 2_000

@@ -141,15 +141,23 @@ def overlay(attributes: Mapping[str, Any], events: Iterable[LogEvent]) -> dict[s
 
 
 def _in_order(events: Iterable[LogEvent]) -> list[LogEvent]:
-    """``events`` by time. A record whose time is unknown (0: neither time nor observed time)
-    keeps its place right after the one received before it (first when none was), never
-    sorted before every timed record as if sent in 1970."""
-    keyed, last = [], -1
+    """``events`` by time, then by observed time, then as received. Records of one span
+    stamped alike (a coarse clock; the per-message shape, one request's messages stamped
+    with its time) are told apart by when their sender's SDK took each (observed time): a
+    batching exporter sends them in chunks that a concurrent one delivers in any order, so
+    the order received is the sender's only within one request. Where both times tie too,
+    the order received stands: within a request that is the sender's own; across requests
+    nothing the sender sent says which came first. A record whose time is unknown (0:
+    neither time nor observed time) keeps its place right after the one received before it
+    (first when none was), never sorted before every timed record as if sent in 1970."""
+    keyed: list[tuple[int, int, int, LogEvent]] = []
+    last = (-1, -1)
     for i, event in enumerate(events):
-        last = event.time_unix_nano or last
-        keyed.append((last, i, event))
-    keyed.sort(key=lambda k: (k[0], k[1]))
-    return [event for _, _, event in keyed]
+        if event.time_unix_nano:
+            last = (event.time_unix_nano, event.observed_time_unix_nano)
+        keyed.append((*last, i, event))
+    keyed.sort(key=lambda k: k[:3])
+    return [k[3] for k in keyed]
 
 
 def _first(item: tuple[int, dict[str, Any]]) -> int:
