@@ -386,7 +386,7 @@ class KafkaConsumerStage:
         paused = [tp for tp in assigned if is_logs(self.config, tp) in self._flow.paused]
         if paused and self._consumer is not None:
             self._consumer.pause(*paused)  # stay paused until the backlog drains
-        self._flow.assigned(len(consumer.assignment()))
+        self._flow.assigned(consumer.assignment())
         if self.config.logs_topic and self.config.assignment == "group":
             spans = consumer.partitions_for_topic(self.config.topic) or set()
             logs = consumer.partitions_for_topic(self.config.logs_topic)

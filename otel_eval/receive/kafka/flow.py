@@ -50,11 +50,16 @@ class Flow:
         # when the spans records of open runs were last counted (``_held_open``), how many
         self._open_held: tuple[float, int] = (float("-inf"), 0)
         self._last_ends = 0.0
+        # partitions revoked and not assigned again: their new owner reports their lag, even
+        # while the consumer's assignment still lists them (a rebalance in progress)
+        self._gone: set[TopicPartition] = set()
 
-    def assigned(self, partitions: int) -> None:
-        """Say what the fetches may keep with ``partitions`` assigned now
+    def assigned(self, tps: set[TopicPartition]) -> None:
+        """``tps`` are this worker's now. Say what the fetches may keep with them
         (``KafkaConfig.fetched_bytes``): only the group (or, ``static``, the topics' partition
         count) gives the partitions, so ``app.memory`` counts it only when told them."""
+        self._gone -= tps
+        partitions = len(tps)
         held = self.config.fetched_bytes(partitions)
         log.info("kafka: %d partition(s) assigned; their fetched records may hold %.1f MiB "
                  "(2 x partitions x max_partition_fetch_bytes: aiokafka's results kept and "
@@ -64,6 +69,7 @@ class Flow:
     def forget(self, tp: TopicPartition) -> None:
         """A revoked partition: its new owner reports its lag."""
         self._ends.pop(tp, None)
+        self._gone.add(tp)
 
     def apply(self, consumer: AIOKafkaConsumer) -> None:
         """Per signal: a topic's partitions paused while its records in flight reach
@@ -146,7 +152,7 @@ class Flow:
             with contextlib.suppress(KafkaError, TimeoutError):  # asked again next time
                 self._ends.update(await asyncio.wait_for(
                     consumer.end_offsets(list(paused)), self.config.commit_interval_s))
-        for tp in parts:
+        for tp in parts - self._gone:  # revoked while the ends were asked for: not ours
             ends = [h for h in (consumer.highwater(tp), self._ends.get(tp)) if h is not None]
             pos = self.tracker.position(tp)
             if pos is None:
