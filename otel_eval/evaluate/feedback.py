@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from otel_eval.base.component import Held, settle
+from otel_eval.base.loglimit import LogLimiter, limited_line
 from otel_eval.base.printable import as_json
 from otel_eval.evaluate.evaluator import Evaluator, normalize_outcome
 from otel_eval.outputs.deps import JudgedResults
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 
 # Re-reads when the trace was re-evaluated between reading and writing its verdict.
 FEEDBACK_ATTEMPTS = 5
+# Seconds between two lines of a store that cannot clear delivered records' debts.
+PAID_LOG_INTERVAL_S = 10.0
 
 
 class Feedback:
@@ -51,9 +54,11 @@ class Feedback:
                  metrics: PredictionMetrics, *,
                  wall_clock_ns: Callable[[], int] = time.time_ns,
                  recorded: Callable[[], None] = lambda: None,
-                 published: JudgedResults | None = None) -> None:
+                 published: JudgedResults | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """``published``: where the stored object goes again once the outcome re-judged its
-        verdict (the Kafka results topic, when on: ``publish_stored``)."""
+        verdict (the Kafka results topic, when on: ``publish_stored``). ``clock``: the time
+        of the limit on the lines of a store that cannot clear the debts."""
         self.store = store
         self._published = published
         self.evaluator = evaluator
@@ -62,6 +67,8 @@ class Feedback:
         self._wall_clock_ns = wall_clock_ns
         # where a delivered record's debt is paid: off the publisher's loop (a store call)
         self._payer: ThreadPoolExecutor | None = None
+        # a store down fails every outcome's debt: one line, then a count
+        self._paid_log = LogLimiter(PAID_LOG_INTERVAL_S, clock)
 
     def record(self, trace_id: str, outcome_value: object) -> dict[str, Any] | None:
         """Record a known outcome for an evaluated trace and re-judge its stored verdict.
@@ -134,8 +141,9 @@ class Feedback:
             try:
                 self.store.results_paid(trace_id, owed)
             except Exception as e:  # left owed: published again at the next start
-                log.error("clearing the owed results record of trace %s failed: %s",
-                          trace_id, type(e).__name__)
+                limited_line(self._paid_log, log, "clearing the owed results record of "
+                             "trace %s failed: %s", trace_id, type(e).__name__,
+                             counted="clearing failures", level=logging.ERROR)
 
         if self._payer is None:
             self._payer = ThreadPoolExecutor(1, thread_name_prefix="results-paid")
