@@ -50,6 +50,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from otel_eval.base.component import Held, settle
+from otel_eval.base.loglimit import LogLimiter, bug_line
+from otel_eval.base.printable import quoted
 from otel_eval.base.results import stored_run_span_id
 from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.sessions.config import SessionsConfig
@@ -62,6 +64,9 @@ from otel_eval.telemetry.metrics import Metrics
 log = logging.getLogger(__name__)
 
 __all__ = ["SessionEvents", "SessionJob", "last_root_span"]
+
+# Seconds between two lines of one failure every session hits.
+LOG_INTERVAL_S = 10.0
 
 
 class SessionEvents(Protocol):
@@ -98,12 +103,14 @@ class SessionJob:
                  predictor: Predictor | None = None, events: SessionEvents | None = None,
                  clock: Callable[[], float] = time.time,
                  judging: SessionJudging | None = None,
-                 listening_since_s: float | None = None, listening: bool = True) -> None:
+                 listening_since_s: float | None = None, listening: bool = True,
+                 log_clock: Callable[[], float] = time.monotonic) -> None:
         """``listening_since_s``: when this process began to receive; a last turn before it
         counts as seen then (None: no such bound, e.g. a test's job). ``listening`` False:
         it does not receive yet, no session is idle until ``listening()`` says it does
         (serve: once its receivers are open, after the store's opening and the spool's
-        replay)."""
+        replay). ``log_clock``: the time of the limit on the lines of a failure every
+        session hits."""
         self.store = store
         self.config = config
         self.metrics = metrics
@@ -120,6 +127,7 @@ class SessionJob:
             else int(listening_since_s * 1e9))
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._evaluate_log = LogLimiter(LOG_INTERVAL_S, log_clock)  # a bug: every session
 
     def tick(self, now_s: float | None = None) -> int:
         """Complete the sessions due now; how many this process completed."""
@@ -260,9 +268,11 @@ class SessionJob:
                     self.predictor, record["session_id"], turns, record["findings"])
             return turns, record, chars
         except Exception as e:  # the stage boundary: one session never stops the job
-            log.exception("evaluating session %r failed", key)
-            self.metrics.evaluation.failed("session", type(e).__name__[:64])
             service, session_id = split_session_key(key)
+            bug_line(self._evaluate_log, log, "evaluating session %s of service %s failed",
+                     quoted(session_id), quoted(service),
+                     counted="failed session evaluations")
+            self.metrics.evaluation.failed("session", type(e).__name__[:64])
             return (), {"session_id": session_id, "service": service or None,
                         "status": "complete", "turns": 0,
                         "traces": [], "verdict": None, "findings": [], "counts": {},
