@@ -1,7 +1,9 @@
 """The session job's failures in the log: a session whose evaluation raises (a bug every
-conversation of a shape hits) wrote a traceback per session. It is one line with its
-traceback, then, after ``LOG_INTERVAL_S``, a line with how many it left out meanwhile; each
-failed session is still stored as an error record and counted."""
+conversation of a shape hits) wrote a traceback per session, and a check the store refuses
+(down, locked) a traceback per check, every ``check_interval_s`` for as long as it is down.
+Each is one line (the bug's with its traceback), then, after ``LOG_INTERVAL_S``, a line
+with how many it left out meanwhile; each failed session is still stored as an error
+record and counted."""
 
 from __future__ import annotations
 
@@ -66,3 +68,27 @@ def test_sessions_whose_evaluation_raises_are_one_traceback_then_a_count(
     assert got[1].getMessage().endswith(
         "(10 more failed session evaluations not logged since the last)"), got[1].getMessage()
 
+
+def test_checks_the_store_refuses_are_one_line_then_a_count(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = open_store(str(tmp_path / "s.db"))
+
+    def refused() -> int:
+        raise OSError("database is locked")
+
+    store.open_session_count = refused  # type: ignore[method-assign]
+    log_clock = ManualClock()
+    job = SessionJob(store, SessionsConfig(idle_timeout_s=IDLE_S, check_interval_s=0.5),
+                     Metrics(), clock=ManualClock(T0), log_clock=log_clock)
+    try:
+        with caplog.at_level(logging.WARNING, logger="otel_eval.evaluate.sessions.job"):
+            for _ in range(20):  # ten seconds of checks every half second
+                job.check()
+            log_clock.advance(LOG_INTERVAL_S)
+            job.check()
+    finally:
+        store.close()
+    got = [r.getMessage() for r in _lines(caplog)]
+    assert got == ["session completion check failed: OSError: database is locked",
+                   "session completion check failed: OSError: database is locked "
+                   "(19 more failed checks not logged since the last)"], got

@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from otel_eval.base.component import Held, settle
-from otel_eval.base.loglimit import LogLimiter, bug_line
+from otel_eval.base.loglimit import LogLimiter, bug_line, limited_line
 from otel_eval.base.printable import quoted
 from otel_eval.base.results import stored_run_span_id
 from otel_eval.evaluate.predict import Predictor
@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["SessionEvents", "SessionJob", "last_root_span"]
 
-# Seconds between two lines of one failure every session hits.
+# Seconds between two lines of one failure every session (or every check) hits.
 LOG_INTERVAL_S = 10.0
 
 
@@ -110,7 +110,7 @@ class SessionJob:
         it does not receive yet, no session is idle until ``listening()`` says it does
         (serve: once its receivers are open, after the store's opening and the spool's
         replay). ``log_clock``: the time of the limit on the lines of a failure every
-        session hits."""
+        session or check hits."""
         self.store = store
         self.config = config
         self.metrics = metrics
@@ -128,6 +128,7 @@ class SessionJob:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._evaluate_log = LogLimiter(LOG_INTERVAL_S, log_clock)  # a bug: every session
+        self._check_log = LogLimiter(LOG_INTERVAL_S, log_clock)  # a store down: every check
 
     def tick(self, now_s: float | None = None) -> int:
         """Complete the sessions due now; how many this process completed."""
@@ -292,10 +293,17 @@ class SessionJob:
 
     def _run(self) -> None:
         while not self._stopped.wait(self.config.check_interval_s):
-            try:
-                self.tick()
-            except Exception:  # a store that refuses now may answer at the next check
-                log.exception("session completion check failed")
+            self.check()
+
+    def check(self) -> None:
+        """``tick()`` now, a failure logged (one line, then a count: a store down fails
+        every check; its traceback at DEBUG)."""
+        try:
+            self.tick()
+        except Exception as e:  # a store that refuses now may answer at the next check
+            limited_line(self._check_log, log, "session completion check failed: %s: %s",
+                         type(e).__name__, e, counted="failed checks", level=logging.ERROR,
+                         exc_info=e)
 
     def shutdown(self, deadline_s: float) -> None:
         """Stop checking; a check in progress finishes its session (within the deadline).
