@@ -5,20 +5,25 @@ ordered (the oldest in flight is awaited first). Sampling applies as in ``serve`
 spending cap (``--max-cost-usd``) judging stops once the judged traces have cost that much
 (traces already in flight finish, so the cap can be passed by their cost); later traces get
 ``judge.overall = {"status": "skipped", "reason": "max_cost"}``. A judgement that raises is
-skipped ``worker_error`` as in ``serve`` (logged), the calls it made in its ``totals`` and the
-cost line.
+skipped ``worker_error`` as in ``serve``, the calls it made in its ``totals`` and the cost
+line; logged as ``serve`` logs it (``bug_line``): stderr is the run's report, and a bug every
+trace hits wrote a traceback per trace above the cost line. The first says what to fix, then
+a line per ``BUG_LOG_INTERVAL_S`` counts the rest; each trace's record says ``worker_error``
+and the cost line counts them all (``skipped: N worker_error``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from otel_eval.base.aio import cancel_leftovers
+from otel_eval.base.loglimit import BUG_LOG_INTERVAL_S, LogLimiter, bug_line
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.judge.client import close_clients
@@ -84,10 +89,13 @@ def _skipped(reason: str) -> dict[str, Any]:
 
 def judged(evaluations: Iterable[Evaluation], judge: Judge, spend: Spend,
            max_cost_usd: float | None = None,
-           bounds: TrajectoryConfig | None = None) -> Iterator[Evaluation]:
+           bounds: TrajectoryConfig | None = None, *,
+           clock: Callable[[], float] = time.monotonic) -> Iterator[Evaluation]:
     """Each evaluation with its judge, in input order; the judge cut to what the result
-    leaves of ``bounds.max_result_bytes`` (``fit_stored``, as ``serve`` stores it)."""
+    leaves of ``bounds.max_result_bytes`` (``fit_stored``, as ``serve`` stores it).
+    ``clock``: the time of the limit on the lines of a judge bug every trace hits."""
     bounds = bounds or TrajectoryConfig()
+    error_log = LogLimiter(BUG_LOG_INTERVAL_S, clock)
     loop = asyncio.new_event_loop()
     window: deque[tuple[Evaluation, asyncio.Task[dict[str, Any]] | None, Collector]] = deque()
 
@@ -97,7 +105,8 @@ def judged(evaluations: Iterable[Evaluation], judge: Judge, spend: Spend,
             try:
                 ev.judge = loop.run_until_complete(task)
             except Exception:  # as serve's worker: this trace skipped, the run goes on
-                log.exception("judge failed on trace %s", ev.trace_id)
+                bug_line(error_log, log, "judge failed on trace %s", ev.trace_id,
+                         counted="failed judgements")
                 ev.judge = skipped_judge("worker_error", spent)
         assert ev.judge is not None
         spend.add(ev.judge)  # what it cost, whatever is cut
