@@ -108,3 +108,16 @@ def test_quoted_is_a_json_string_with_its_controls_escaped(value: str, shown: st
 def test_as_json_names_a_body_value_as_the_sender_wrote_it(value: object, shown: str) -> None:
     """A feedback outcome of ``null`` read ``None``, of ``true`` ``True`` (Python's repr)."""
     assert as_json(value) == shown
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (["\x1b" * 40], '["' + "\\u001b" * 16 + "..."),  # not ...\u001b\u...
+    (["a" * 97 + '"'], '["' + "a" * 97 + "..."),  # not ...a\... (an escaped ".")
+    ({"k": "\\" * 60}, '{"k": "' + "\\\\" * 46 + "..."),  # an even run of backslashes
+    (["x" * 95 + "\x85" * 3], '["' + "x" * 95 + "..."),
+    (["é" * 200], '["' + "é" * 98 + "..."),  # a character is never cut
+])
+def test_as_json_cuts_a_body_value_between_escapes(value: object, shown: str) -> None:
+    """A value's JSON text is cut at ``QUOTED_CHARS``: the cut fell inside an escape (``\\u``
+    of ``\\u001b``, the backslash of ``\\"``), read as another escape or none."""
+    assert as_json(value) == shown

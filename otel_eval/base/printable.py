@@ -79,11 +79,25 @@ def quoted(text: str) -> str:
 
 def as_json(value: object) -> str:
     """A value of a JSON body (a str: ``quoted``) as JSON text, its first ``QUOTED_CHARS``
-    characters and "..." after them when there were more."""
+    characters and "..." after them when there were more, never cut inside an escape."""
     if isinstance(value, str):
         return quoted(value)
     text = _json_text(value)
-    return text if len(text) <= QUOTED_CHARS else text[:QUOTED_CHARS] + "..."
+    return text if len(text) <= QUOTED_CHARS else _json_cut(text, QUOTED_CHARS) + "..."
+
+
+# A JSON text's escapes: backslash begins one wherever it stands (only inside a string)
+_JSON_ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|.)', re.DOTALL)
+
+
+def _json_cut(text: str, chars: int) -> str:
+    """``text`` (JSON) cut to at most ``chars`` characters, an escape the cut would split
+    left out whole: ``\\u`` of ``\\u001b``, or the backslash of ``\\"``, reads as
+    another escape (of the "..." after it) or as none."""
+    for m in _JSON_ESCAPE.finditer(text, 0, chars + 6):  # from the start: in step
+        if m.start() < chars < m.end():
+            return text[:m.start()]
+    return text[:chars]
 
 
 # Characters of a library's message about a client's input an error answer keeps.
