@@ -155,6 +155,17 @@ def test_unknown_conversations_are_404(served: tuple[str, dict[str, list[str]]])
     assert get(url + "/ui/sessions?limit=0")[0] == 400
 
 
+def test_an_unknown_conversation_is_named_as_the_api_names_it(
+        served: tuple[str, dict[str, list[str]]]) -> None:
+    """The 404 quotes the client's id as a JSON string, as ``GET /v1/sessions/{id}`` does
+    (``quoted``); before, Python's repr of it escaped: ``'it"s \\\\x1b'``, its escape's
+    backslash doubled."""
+    url, _ = served
+    status, _, body = get(url + "/ui/sessions/" + quote('it"s \x1b', safe=""))
+    assert status == 404
+    assert 'No conversation "it\\"s \\u001b".' in html.unescape(body.decode()), body
+
+
 def test_a_turn_no_longer_stored_is_said(tmp_path: Path) -> None:
     """A session whose turn's run is gone (retention) still shows the turn, saying so."""
     from otel_eval.outputs.ui.sessions import session_page

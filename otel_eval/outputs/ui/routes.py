@@ -40,6 +40,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from otel_eval.base.configcheck import ascii_int
+from otel_eval.base.printable import quoted
 from otel_eval.outputs.issues.result import OTHER_ISSUE_ID
 from otel_eval.outputs.issues.runs import RunsAt, RunsGone
 from otel_eval.outputs.ui.calibration import calibration_page
@@ -56,7 +57,6 @@ from otel_eval.outputs.ui.runs import DEFAULT_LIMIT, FILTERS, runs_page
 from otel_eval.outputs.ui.runview import run_page, step_page
 from otel_eval.outputs.ui.sessions import services_page, session_page, sessions_page
 from otel_eval.outputs.ui.text import Redact
-from otel_eval.outputs.ui.values import short
 from otel_eval.store.query import EvaluationQuery, Page, QueryError
 from otel_eval.store.sessions import AmbiguousSession, SessionQuery
 
@@ -202,7 +202,8 @@ def _conversation(sources: Sources, session_id: str, query: str) -> Response:
     except AmbiguousSession as e:
         return _html(409, "conversation", services_page(session_id, e.services), "sessions")
     if record is None:
-        return _not_found(f"No conversation {short(session_id, 120)!r}.")
+        # the client's id as the API's 404 names it (a JSON string), not Python's repr
+        return _not_found(f"No conversation {quoted(session_id)}.")
     first = _position(query, "turn")  # ?turn=N: from turn N + 1
     return _html(200, "conversation", session_page(record, sources.get, sources.redact, first,
                                                    sources.pass_threshold), "sessions")
