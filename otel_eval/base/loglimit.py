@@ -55,19 +55,20 @@ def failed_line(limiter: LogLimiter, logger: logging.Logger, what: str, *args: o
     ``limiter`` leaves it out (``limited_line``); the traceback only at DEBUG (not a thousand
     frames per trace)."""
     limited_line(limiter, logger, what, *args, counted="evaluation failures",
-                 exc_info=sys.exc_info()[1])
+                 exc_info=sys.exc_info()[1], stacklevel=3)
 
 
 def limited_line(limiter: LogLimiter, logger: logging.Logger, what: str, *args: object,
                  counted: str, level: int = logging.WARNING,
-                 exc_info: BaseException | None = None) -> None:
+                 exc_info: BaseException | None = None, stacklevel: int = 2) -> None:
     """``what % args`` at ``level``, unless ``limiter`` leaves it out; a line let through
     names how many ``counted`` it left out since the last (``exc_info``'s traceback only at
-    DEBUG)."""
+    DEBUG). The record names the caller's line (``stacklevel``), not this module's."""
     left_out = limiter.allow()
     if left_out is not None:
         logger.log(level, what + "%s", *args, LogLimiter.since(left_out, counted),
-                   exc_info=exc_info if logger.isEnabledFor(logging.DEBUG) else None)
+                   exc_info=exc_info if logger.isEnabledFor(logging.DEBUG) else None,
+                   stacklevel=stacklevel)
 
 
 def bug_line(limiter: LogLimiter, logger: logging.Logger, what: str, *args: object,
@@ -79,4 +80,4 @@ def bug_line(limiter: LogLimiter, logger: logging.Logger, what: str, *args: obje
     if line is not None:
         left_out, first = line
         logger.error(what + "%s", *args, LogLimiter.since(left_out, counted),
-                     exc_info=first or logger.isEnabledFor(logging.DEBUG))
+                     exc_info=first or logger.isEnabledFor(logging.DEBUG), stacklevel=2)
