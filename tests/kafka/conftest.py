@@ -14,10 +14,12 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from kafka_doubles import Topic
 from kafka_mock_cluster import MockCluster
 from support.kafka_server import KafkaServer
+from support.poll import poll_async
 
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.base.kafka.config import KafkaConfig
+from otel_eval.receive.kafka.assignment import topic_partitions
 
 _topics = itertools.count()
 
@@ -57,12 +59,23 @@ async def _admin(bootstrap: str, action: Callable[[AIOKafkaAdminClient], Awaitab
         await admin.close()
 
 
+async def _listed(cfg: KafkaConfig, partitions: int) -> bool:
+    """Whether the broker's metadata of every topic lists ``cfg.topic`` with its partitions
+    (as a static assignment reads it)."""
+    return len(await topic_partitions(cfg)) == partitions
+
+
 @pytest.fixture
 def broker_topic(kafka_server: KafkaServer) -> Iterator[Topic]:
     """A fresh 6-partition topic on the suite's real broker (librdkafka's mock cluster cannot
-    run a two-member aiokafka group), deleted after the test."""
+    run a two-member aiokafka group), deleted after the test. Yielded once the broker's
+    metadata lists it: CreateTopics answers when the controller has the topic, and the broker
+    lists it only once it has applied that (a static assignment started right away found
+    no topic)."""
     bootstrap = kafka_server.bootstrap
     name = f"otel_eval_group_{uuid.uuid4().hex[:10]}"
     asyncio.run(_admin(bootstrap, lambda a: a.create_topics([NewTopic(name, 6, 1)])))
+    listed = KafkaConfig(brokers=bootstrap, topic=name)
+    asyncio.run(poll_async(lambda: _listed(listed, 6), f"the broker to list topic {name}"))
     yield Topic(name, bootstrap, 6)
     asyncio.run(_admin(bootstrap, lambda a: a.delete_topics([name])))
