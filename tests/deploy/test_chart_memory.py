@@ -42,10 +42,19 @@ def test_the_chart_config_fits_its_memory_limit() -> None:
     _fits(worst_case(build(Config, values["config"])), limit)
 
 
+# The share of a limit the worst case leaves free: the parts are measured figures times
+# bounds (an item's size varies around its measured mean, the allocator keeps freed arenas)
+# and some holdings go uncounted (app/memory.py: a first record batch fetched whole, an
+# evaluation worker's trace); the Kafka workers example at 2036 of its 2048 MiB had none.
+MARGIN = 0.05
+
+
 def _fits(parts: dict[str, int], limit: int) -> None:
     total = sum(parts.values())
-    assert total <= limit, "\n".join(
-        [f"worst case {total >> 20} MiB over the limit {limit >> 20} MiB:"]
+    room = int(limit * (1 - MARGIN))
+    assert total <= room, "\n".join(
+        [f"worst case {total >> 20} MiB over {room >> 20} MiB ({MARGIN:.0%} of the limit "
+         f"{limit >> 20} MiB left free):"]
         + [f"  {n >> 20:>5} MiB  {name}" for name, n in parts.items()])
 
 
@@ -150,10 +159,31 @@ def test_every_chart_example_fits_its_memory_limit(helm: Helm, values: Path | No
     """What each example's pod runs (helm's merge of the example over values.yaml, the
     config the rendered pod loads, its mode) held at worst under the limit it renders: the
     evaluator example raised max_pending_spans to the code's 1,000,000 (~2.7 GiB) and the
-    judge example added the judge's queue (~2.2 GiB), both under the chart's 2Gi."""
+    judge example added the judge's queue (~2.2 GiB), both under the chart's 2Gi. A Kafka
+    worker's fetched records are counted for the partitions the example gives it: the Kafka
+    workers example, counted without them, stood at 2028 MiB of its 2Gi (2036 with them)."""
     docs = helm.template(*values_args(values))
     limit = _quantity(main_container(docs)["resources"]["limits"]["memory"])
-    _fits(worst_case(pod_config(docs, tmp_path)), limit)
+    config = pod_config(docs, tmp_path)
+    _fits(worst_case(config, kafka_partitions=_kafka_partitions(values, config)), limit)
+
+
+def _kafka_partitions(values: Path | None, config: Config) -> int:
+    """The partitions a Kafka worker of the example is assigned, both topics' (the logs topic
+    co-partitioned with the topic): the chart's ``kafka.partitions`` of the topic, those p %
+    worker_count == worker_index with ``static`` (the pod rendered is ordinal 0, which takes
+    the most), all of them with ``group`` (a worker holds every partition while the others
+    are away). 0 for a pod that consumes nothing."""
+    k = config.kafka
+    if not k.enabled or k.publish:
+        return 0
+    chart = yaml.safe_load((CHART / "values.yaml").read_text())["kafka"]
+    given = {} if values is None else yaml.safe_load(values.read_text()).get("kafka", {})
+    partitions = int(given.get("partitions", chart["partitions"]))
+    assert partitions, "a Kafka worker example gives kafka.partitions: its fetches count them"
+    mine = [p for p in range(partitions) if k.assignment == "group"
+            or p % k.worker_count == k.worker_index]
+    return len(mine) * (2 if k.logs_topic else 1)
 
 
 def test_a_kafka_workers_fetch_buffers_are_counted() -> None:
