@@ -22,9 +22,10 @@ flight (``kafka.fetch_max_bytes``; the brokers listed in ``kafka.brokers`` count
 cluster may have more) and a compressed batch decompressed while its records are read (up to
 ``kafka.max_batch_bytes``), and what it holds per assigned partition, two fetched results
 each (``KafkaConfig.fetched_bytes``: ``kafka.max_partition_fetch_bytes``, 1 MiB by default,
-both topics' partitions; one kept by aiokafka until it is read, ``fetch_max_bytes`` capping
-one response, not what is kept; one read behind a stalled partition's refused record,
-waiting undecoded with no decoding charge), counted when the caller gives the partitions
+or ``fetch_max_bytes`` when smaller, the response carrying it; both topics' partitions; one
+kept by aiokafka until it is read, ``fetch_max_bytes`` capping one response, not what is
+kept; one read behind a stalled partition's refused record, waiting undecoded with no
+decoding charge), counted when the caller gives the partitions
 (``kafka_partitions``: only the group, or the topics' partition count, gives them; the
 worker logs the figure on each assignment).
 Not counted: a partition's first record batch, fetched whole when larger than either fetch
@@ -96,7 +97,7 @@ def _consuming(config: Config, partitions: int) -> dict[str, int]:
              brokers * k.fetch_max_bytes,
              "Kafka record batch being decompressed (max_batch_bytes)": k.max_batch_bytes}
     if partitions:
-        parts["Kafka fetched records (2 x partitions x max_partition_fetch_bytes)"] = \
+        parts["Kafka fetched records (2 x partitions x fetch_result_bytes)"] = \
             k.fetched_bytes(partitions)
     return parts
 

@@ -69,6 +69,40 @@ def test_fetched_results_pile_up_past_fetch_max_bytes(broker_topic: Topic) -> No
     assert kept <= broker_topic.partitions * FETCH  # one result per partition
 
 
+def _results(consumer: AIOKafkaConsumer) -> list[int]:
+    """The bytes of each fetched result aiokafka keeps."""
+    return [r._partition_records._records.size_in_bytes()
+            for r in consumer._fetcher._records.values()
+            if getattr(r, "_partition_records", None) is not None]
+
+
+def test_a_fetched_result_is_at_most_its_response(broker_topic: Topic) -> None:
+    """With ``fetch_max_bytes`` under ``max_partition_fetch_bytes`` a partition's result is
+    at most its response: ``fetched_bytes`` counted 1 MiB a result where 64 KiB were held."""
+    config = broker_topic.config(fetch_max_bytes=FETCH, max_partition_fetch_bytes=1 << 20)
+
+    async def scenario() -> list[int]:
+        await _fill(broker_topic, 4)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=broker_topic.bootstrap, auto_offset_reset="earliest",
+            enable_auto_commit=False, fetch_max_bytes=config.fetch_max_bytes,
+            max_partition_fetch_bytes=config.max_partition_fetch_bytes)
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(broker_topic.name, p)
+                             for p in range(broker_topic.partitions)])
+            await consumer.getmany(timeout_ms=10_000, max_records=1)
+            return await poll_async(
+                lambda: len(r := _results(consumer)) >= broker_topic.partitions - 1 and r,
+                "a fetched result kept for most partitions")
+        finally:
+            await consumer.stop()
+
+    results = asyncio.run(scenario())
+    assert max(results) <= FETCH, results  # a 40 KiB record each: two would pass 64 KiB
+    assert config.fetched_bytes(6) == 2 * 6 * FETCH
+
+
 def test_the_worker_logs_what_its_assignment_may_keep(
         broker_topic: Topic, caplog: pytest.LogCaptureFixture) -> None:
     """Static assignment: worker 0 of 2 takes 3 of the 6 partitions, logged as it starts (a
@@ -90,7 +124,7 @@ def test_the_worker_logs_what_its_assignment_may_keep(
 def test_the_worst_case_counts_the_partitions_when_given() -> None:
     config = build(Config, {"kafka": {"brokers": "a:9092",
                                       "max_partition_fetch_bytes": 2 << 20}})
-    part = "Kafka fetched records (2 x partitions x max_partition_fetch_bytes)"
+    part = "Kafka fetched records (2 x partitions x fetch_result_bytes)"
     assert worst_case(config, kafka_partitions=4)[part] == 16 << 20
     assert part not in worst_case(config)
     assert sum(worst_case(config, 4).values()) - sum(worst_case(config).values()) == 16 << 20

@@ -168,6 +168,14 @@ class KafkaConfig:
     def enabled(self) -> bool:
         return bool(self.brokers.strip())
 
+    @property
+    def fetch_result_bytes(self) -> int:
+        """Most bytes one partition's fetched result holds: ``max_partition_fetch_bytes``,
+        and no more than the response carrying it, ``fetch_max_bytes`` (the broker fills a
+        response up to both; with 64 KiB responses and 1 MiB per partition each result held
+        one 40 KiB record, tests/kafka/test_kafka_fetch_buffers.py)."""
+        return min(self.max_partition_fetch_bytes, self.fetch_max_bytes)
+
     def fetched_bytes(self, partitions: int) -> int:
         """What a worker's fetched records hold, at worst, with ``partitions`` assigned (both
         topics'), two fetched results each:
@@ -180,6 +188,6 @@ class KafkaConfig:
           their bytes, holding no decoding charge: at most what one poll returned for the
           partition, one result, as it is paused before the next (tests/kafka/
           test_kafka_stalled_raw.py), while aiokafka may have fetched its next result.
-        A partition's first record batch larger than both fetch sizes comes whole (the
-        brokers' record size)."""
-        return 2 * partitions * self.max_partition_fetch_bytes
+        Each result at most ``fetch_result_bytes``. A partition's first record batch larger
+        than the fetch sizes comes whole (the brokers' record size)."""
+        return 2 * partitions * self.fetch_result_bytes

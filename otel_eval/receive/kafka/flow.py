@@ -62,7 +62,7 @@ class Flow:
         partitions = len(tps)
         held = self.config.fetched_bytes(partitions)
         log.info("kafka: %d partition(s) assigned; their fetched records may hold %.1f MiB "
-                 "(2 x partitions x max_partition_fetch_bytes: aiokafka's results kept and "
+                 "(2 x partitions x fetch_result_bytes: aiokafka's results kept and "
                  "records waiting undecoded behind a stall; beyond the fetch responses in "
                  "flight)", partitions, held / 2**20)
 
