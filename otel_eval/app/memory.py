@@ -19,15 +19,16 @@ only with ``issues.interval_s`` > 0, the judge (litellm imported, its queue) onl
 A Kafka worker's consumer (``kafka.brokers`` without ``publish``) is counted as far as the
 configuration goes: aiokafka (0.14, ``consumer/fetcher.py``) has a response per broker in
 flight (``kafka.fetch_max_bytes``; the brokers listed in ``kafka.brokers`` counted, a
-cluster may have more) and a compressed batch decompressed while its records are read (up to
-``kafka.max_batch_bytes``), and what it holds per assigned partition, two fetched results
-each (``KafkaConfig.fetched_bytes``: ``kafka.max_partition_fetch_bytes``, 1 MiB by default,
-or ``fetch_max_bytes`` when smaller, the response carrying it; both topics' partitions; one
-kept by aiokafka until it is read, ``fetch_max_bytes`` capping one response, not what is
-kept; one read behind a stalled partition's refused record, waiting undecoded with no
-decoding charge), counted when the caller gives the partitions
-(``kafka_partitions``: only the group, or the topics' partition count, gives them; the
-worker logs the figure on each assignment).
+cluster may have more; with the partitions given, at most one result per partition over them
+all, as a response carries only partitions with no result kept) and a compressed batch
+decompressed while its records are read (up to ``kafka.max_batch_bytes``), and what it holds
+per assigned partition, two fetched results each (``KafkaConfig.fetched_bytes``:
+``kafka.max_partition_fetch_bytes``, 1 MiB by default, or ``fetch_max_bytes`` when smaller,
+the response carrying it; both topics' partitions; one kept by aiokafka until it is read,
+``fetch_max_bytes`` capping one response, not what is kept; one read behind a stalled
+partition's refused record, waiting undecoded with no decoding charge), counted when the
+caller gives the partitions (``kafka_partitions``: only the group, or the topics' partition
+count, gives them; the worker logs the figure on each assignment).
 Not counted: a partition's first record batch, fetched whole when larger than either fetch
 size (the brokers' record size, which the configuration does not give). Not counted either: an
 evaluation worker's trace (``trajectory`` bounds). The requests being
@@ -93,8 +94,13 @@ def _consuming(config: Config, partitions: int) -> dict[str, int]:
     docstring)."""
     k = config.kafka
     brokers = sum(1 for b in k.brokers.split(",") if b.strip())
-    parts = {"Kafka fetch responses (brokers listed x fetch_max_bytes)":
-             brokers * k.fetch_max_bytes,
+    responses = brokers * k.fetch_max_bytes
+    if partitions:
+        # aiokafka asks a broker only for the partitions it leads that have no result kept,
+        # each up to one result: the responses carry at most the partitions' results
+        responses = min(responses, partitions * k.fetch_result_bytes)
+    parts = {"Kafka fetch responses (brokers listed x fetch_max_bytes, at most partitions x "
+             "fetch_result_bytes)": responses,
              "Kafka record batch being decompressed (max_batch_bytes)": k.max_batch_bytes}
     if partitions:
         parts["Kafka fetched records (2 x partitions x fetch_result_bytes)"] = \

@@ -196,7 +196,26 @@ def test_a_kafka_workers_fetch_buffers_are_counted() -> None:
                                       "max_partition_fetch_bytes": 1 << 20,
                                       "max_batch_bytes": 16 << 20}})
     parts = worst_case(worker)
-    assert parts["Kafka fetch responses (brokers listed x fetch_max_bytes)"] == 16 << 20
+    assert parts["Kafka fetch responses (brokers listed x fetch_max_bytes, at most partitions "
+                 "x fetch_result_bytes)"] == 16 << 20
     assert parts["Kafka record batch being decompressed (max_batch_bytes)"] == 16 << 20
     for config in (Config(), build(Config, {"kafka": {"brokers": "a:9092", "publish": True}})):
         assert not [n for n in worst_case(config) if n.startswith("Kafka")]
+
+
+def test_a_kafka_workers_responses_are_at_most_its_partitions_results() -> None:
+    """A fetch response carries only the worker's partitions, one result each
+    (``KafkaConfig.fetch_result_bytes``; aiokafka asks a broker only for the partitions it
+    leads with no result kept), so the responses in flight hold at most partitions x a
+    result, however many brokers there are: the Kafka workers example counted 3 x 50 MiB
+    for its 4 partitions of 1 MiB."""
+    worker = build(Config, {"kafka": {"brokers": "a:9092,b:9092,c:9092"}})
+
+    def responses(partitions: int) -> int:
+        (n,) = [n for name, n in worst_case(worker, partitions).items()
+                if name.startswith("Kafka fetch responses")]
+        return n
+
+    assert responses(0) == 3 * 50 << 20  # the partitions not given
+    assert responses(4) == 4 << 20
+    assert responses(400) == 3 * 50 << 20
