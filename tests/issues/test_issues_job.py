@@ -313,7 +313,9 @@ def test_thousands_of_agent_nodes_give_at_most_the_cap_of_issue_series(
     registry = CollectorRegistry()
     job = IssuesJob(IssuesConfig(max_gauge_issues=cap), sqlite3.connect(
         ":memory:", check_same_thread=False), lambda ns: _EMPTY, registry, ManualClock(T0))
-    assert job.run_once() is result and len(job.latest_json()["issues"]) == n
+    ran = job.run_once()
+    assert ran is not None and ran.issues is result.issues
+    assert len(job.latest_json()["issues"]) == n
     series = [s for f in text_string_to_metric_families(generate_latest(registry).decode())
               if f.name.startswith("otel_eval_issue_") for s in f.samples]
     rows = {(s.labels["level"], s.labels["node"], s.labels["issue_id"]) for s in series}

@@ -16,8 +16,9 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer
 from otel_eval.outputs.issues.result import IssuesResult, to_json, top_issue_gauge_samples
-from otel_eval.outputs.issues.runs import issue_runs, page
+from otel_eval.outputs.issues.runs import issue_runs, page, run_ns
 from otel_eval.outputs.issues.tracker import issues_offline
+from otel_eval.store.query import decode_cursor, encode_cursor
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +83,20 @@ def test_a_parameter_it_cannot_use_is_a_400_naming_it(served: tuple[str, IssuesR
     answer = json.loads(body)
     assert (status, answer["parameter"]) == (400, parameter), answer
     assert answer["error"].startswith(f"{parameter}: ")
+
+
+def test_a_cursor_without_its_runs_number_pages_no_run(served: tuple[str, IssuesResult]) -> None:
+    """A cursor named its clustering run by ``generated_at`` alone (``NS:OFFSET``); now by
+    its number too (``NS:RUN.OFFSET``). One of the earlier form names no run kept: a 410 to
+    start again, never a page of a run that happens to share the stamp."""
+    url, result = served
+    issue_id = max(result.issues, key=lambda i: i.traces).issue_id
+    status, body = _get(f"{url}/v1/issues/{issue_id}/runs?limit=7")
+    cursor = json.loads(body)["next_cursor"]
+    earlier = encode_cursor(run_ns(result), "7")
+    assert decode_cursor(cursor, bool) == (run_ns(result), f"{result.run}.7")
+    status, body = _get(f"{url}/v1/issues/{issue_id}/runs?limit=7&cursor={earlier}")
+    assert status == 410 and json.loads(body)["parameter"] == "cursor"
 
 
 def test_the_ui_links_the_runs_count_to_every_run(served: tuple[str, IssuesResult]) -> None:

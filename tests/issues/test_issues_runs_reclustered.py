@@ -156,3 +156,22 @@ def test_the_web_views_next_runs_link_carries_the_cursor(served: Served) -> None
     served.recluster(window(1, offset=10))
     status, gone = _get(served.url + link.decode())
     assert status == 410 and f'href="/ui/issues/{issue_id}/runs"'.encode() in gone
+
+
+def test_two_clustering_runs_of_one_stamp_are_two_runs_to_a_cursor(served: Served) -> None:
+    """Two clustering runs stamped alike (a coarse clock, or a re-run within its tick): a
+    cursor named its run by ``generated_at`` alone and the second run replaced the first,
+    so the first's cursor paged the second's list, silently (runs repeated or skipped).
+    Now a cursor names its run by number as well: the first run's pages go on."""
+    issue_id, first_runs = _loop_issue(served)
+    base = f"{served.url}/v1/issues/{issue_id}/runs"
+    _, page = _json(f"{base}?limit=7")
+    seen = list(page["trace_ids"])
+    served.store.put_many(_stored(e, served.clock.now) for e in window(10))
+    assert served.job.run_once() is not None  # the clock has not moved: the same stamp
+    assert len(_loop_issue(served)[1]) == 40
+    while page["next_cursor"] is not None:
+        status, page = _json(f"{base}?limit=7&cursor={page['next_cursor']}")
+        assert status == 200, page
+        seen += page["trace_ids"]
+    assert seen == first_runs

@@ -36,7 +36,9 @@ than every run.
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
+import secrets
 import sqlite3
 import threading
 import time
@@ -140,6 +142,10 @@ class IssuesJob:
         # the last runs, newest first: the last is what every reader reads, the one before
         # it is kept for the cursors paging its issues' runs (issues.runs)
         self._kept: tuple[IssuesResult, ...] = ()
+        # the runs' numbers (``IssuesResult.run``: a cursor names its run by stamp and
+        # number), from a random start: a restarted process's runs are not the cursors' old
+        # ones, whatever its clock says
+        self._numbers = itertools.count(secrets.randbits(32))
         self._rows: tuple[IssueRow, ...] = ()
         self._exemplars: dict[str, str] = {}  # issue id -> sticky exemplar trace id
         self._runs = dict.fromkeys(RUN_STATUSES, 0)
@@ -169,7 +175,7 @@ class IssuesJob:
                     return None
                 now = self._clock() if now is None else now
                 since_ns = int((now - self._config.window_s) * 1e9)
-                result = self._run(since_ns, now)
+                result = replace(self._run(since_ns, now), run=next(self._numbers))
                 rows = self._rows_of(result)
             except Exception:  # stage boundary: a bad run must not stop the periodic job
                 log.exception("issue clustering run failed")

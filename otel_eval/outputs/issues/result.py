@@ -136,6 +136,9 @@ class IssuesResult:
     resolved: tuple[Resolved, ...] = ()  # stored issues the previous run had, this one not
     # the window held more runs than a run reads (``job.WINDOW_RUNS``): its newest only
     window_truncated: bool = False
+    # the job's number for the run (``IssuesJob`` counts its runs; 0 outside a job): with
+    # ``generated_at``, the run a runs page's cursor names (``issues.runs``); not in the JSON
+    run: int = 0
 
 
 def to_json(result: IssuesResult, assignments: bool = True) -> dict[str, Any]:

@@ -10,13 +10,16 @@ A clustering run's list of an issue's runs is its trace ids, sorted once when it
 re-clusters every ``issues.interval_s``, and the next run's list is another one (runs came
 into the issue, others aged out of the window or left it), so offsets into whichever run is
 last repeat or skip runs when a run lands between two pages. A cursor names its clustering run
-(``generated_at``, the identity ``GET /v1/issues`` gives it) and the position in that run's
-list: the pages read that list to its end whatever ran meanwhile, as ``/v1/evaluations``'
-cursor reads its stable order whatever is stored meanwhile. The job keeps its last
-``KEPT_RUNS`` runs for them (a cursor stays good until the run after the next one lands:
-about an interval at the least); a cursor of a run no longer kept is ``RunsGone`` (the API's
-410: start again), never a page of another list. The cursor is opaque to clients
-(``store.query.encode_cursor``: URL-safe base64 of ``generated_at`` in ns and the offset).
+(``generated_at``, the identity ``GET /v1/issues`` gives it, and the job's number for the
+run, ``IssuesResult.run``: two runs of one stamp, from a coarse clock or a re-run within its
+tick, are two lists) and the position in that run's list: the pages read that list to its
+end whatever ran meanwhile, as ``/v1/evaluations``' cursor reads its stable order whatever
+is stored meanwhile. The job keeps its last ``KEPT_RUNS`` runs for them (a cursor stays good
+until the run after the next one lands: about an interval at the least); a cursor of a run
+no longer kept is ``RunsGone`` (the API's 410: start again), never a page of another list.
+The cursor is opaque to clients (``store.query.encode_cursor``: URL-safe base64 of
+``generated_at`` in ns, then the run's number and the offset, ``RUN.OFFSET``; a cursor of an
+earlier release, the offset alone, names no kept run: 410).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class RunsAt:
     offset: int = 0  # in the list of the clustering run ``run_ns`` names
     limit: int = DEFAULT_RUNS_PAGE  # 1..MAX_RUNS_PAGE
     run_ns: int | None = None  # a cursor's clustering run (``generated_at``, ns); None: the last
+    run: int | None = None  # and its number (``IssuesResult.run``); None: no kept run has it
 
     @classmethod
     def from_query(cls, query: str, default_limit: int = DEFAULT_RUNS_PAGE) -> RunsAt:
@@ -66,8 +70,15 @@ class RunsAt:
     @classmethod
     def of_cursor(cls, cursor: str, limit: int) -> RunsAt:
         """The page a ``next_cursor`` names; ``QueryError`` for any other text."""
-        run_ns, after = decode_cursor(cursor, lambda k: ascii_int(k, 10) is not None)
-        return cls(int(after), limit, run_ns)
+        run_ns, key = decode_cursor(cursor, _is_position)
+        run, _, after = key.rpartition(".")
+        return cls(int(after), limit, run_ns, int(run) if run else None)
+
+
+def _is_position(key: str) -> bool:
+    """``RUN.OFFSET`` (or an earlier release's ``OFFSET``): digits 0-9 only."""
+    run, dot, after = key.rpartition(".")
+    return ascii_int(after, 10) is not None and (not dot or ascii_int(run, 19) is not None)
 
 
 def _number(params: dict[str, str], name: str, default: int, low: int, high: int) -> int:
@@ -91,17 +102,16 @@ class RunsGone(Exception):
 
 
 def run_ns(result: IssuesResult) -> int:
-    """The clustering run's name in a cursor: its ``generated_at`` in ns."""
+    """The clustering run's stamp in a cursor: its ``generated_at`` in ns."""
     return round(result.generated_at * 1e9)
 
 
 def kept(result: IssuesResult, before: Sequence[IssuesResult]) -> tuple[IssuesResult, ...]:
     """The runs to keep once ``result`` lands, newest first: it, and the newest of ``before``
     up to ``KEPT_RUNS`` in all, those holding what their pages read only (the issues; not the
-    assignments nor the events). A run of the same ``generated_at`` (a clock set back to it)
-    replaces the one before, so a cursor names one run."""
-    older = [replace(r, assignments=(), events=()) for r in before
-             if run_ns(r) != run_ns(result)]
+    assignments nor the events). A cursor names its run by stamp and number, so a run of
+    the same ``generated_at`` (a coarse clock, a clock set back) is another run, kept too."""
+    older = [replace(r, assignments=(), events=()) for r in before]
     return (result, *older[:KEPT_RUNS - 1])
 
 
@@ -111,7 +121,7 @@ def page(runs: Sequence[IssuesResult], issue_id: str, at: RunsAt) -> dict[str, A
     no run yet); ``RunsGone`` when the cursor's run is no longer kept."""
     if at.run_ns is None:
         return issue_runs(runs[0], issue_id, at.offset, at.limit) if runs else None
-    paged = next((r for r in runs if run_ns(r) == at.run_ns), None)
+    paged = next((r for r in runs if run_ns(r) == at.run_ns and r.run == at.run), None)
     if paged is None:
         raise RunsGone(at.run_ns / 1e9, runs[0].generated_at if runs else None)
     return issue_runs(paged, issue_id, at.offset, at.limit)
@@ -133,4 +143,5 @@ def issue_runs(result: IssuesResult, issue_id: str, offset: int,
     return {"issue_id": issue_id, "title": issue.title, "generated_at": result.generated_at,
             "runs": len(ordered), "offset": offset, "limit": limit, "trace_ids": list(page),
             "next_offset": end if more else None,
-            "next_cursor": encode_cursor(run_ns(result), str(end)) if more else None}
+            "next_cursor": (encode_cursor(run_ns(result), f"{result.run}.{end}") if more
+                            else None)}
