@@ -30,6 +30,7 @@ from otel_eval.outputs.issues.result import (
     Issue,
     IssueEvent,
     IssuesResult,
+    run_issues,
     to_json,
 )
 from otel_eval.outputs.issues.runs import RunsAt
@@ -629,3 +630,19 @@ def test_a_window_past_the_runs_read_says_so(
         assert job.latest_json()["window_truncated"] is False
     finally:
         job.close()
+
+
+def test_the_job_keeps_no_assignments_nor_events_of_its_runs(store: Store) -> None:
+    """The job kept its last run whole: its assignments (one per critique of the window, up to
+    WINDOW_RUNS runs' worth) and its events, which no reader of the kept run reads (the API
+    and the gauges read the issues; the annotator is given the events by the run). Now the
+    kept run holds the issues only; what the readers answer is the same."""
+    store.put_many(_stored(e, T0 - 60) for e in window(30))
+    job = _job(store, CollectorRegistry(), ManualClock(T0))
+    ran = job.run_once()
+    assert ran is not None and ran.assignments and ran.events
+    latest = job.latest()
+    assert latest is not None and (latest.assignments, latest.events) == ((), ())
+    assert job.latest_json() == to_json(ran, assignments=False)
+    trace_id = ran.issues[0].trace_ids[0]
+    assert job.of_run(trace_id) and job.of_run(trace_id) == run_issues(ran, trace_id)

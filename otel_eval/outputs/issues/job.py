@@ -139,8 +139,9 @@ class IssuesJob:
         self._annotator = annotator
         self._run_lock = threading.Lock()  # one run at a time (thread and manual calls)
         self._lock = threading.Lock()  # guards the snapshot below (scrapes read it)
-        # the last runs, newest first: the last is what every reader reads, the one before
-        # it is kept for the cursors paging its issues' runs (issues.runs)
+        # the last runs, newest first, without their assignments and events (``runs.kept``):
+        # the last is what every reader reads, the one before it is kept for the cursors
+        # paging its issues' runs (issues.runs)
         self._kept: tuple[IssuesResult, ...] = ()
         # the runs' numbers (``IssuesResult.run``: a cursor names its run by stamp and
         # number), from a random start: a restarted process's runs are not the cursors' old

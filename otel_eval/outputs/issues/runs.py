@@ -108,11 +108,11 @@ def run_ns(result: IssuesResult) -> int:
 
 def kept(result: IssuesResult, before: Sequence[IssuesResult]) -> tuple[IssuesResult, ...]:
     """The runs to keep once ``result`` lands, newest first: it, and the newest of ``before``
-    up to ``KEPT_RUNS`` in all, those holding what their pages read only (the issues; not the
-    assignments nor the events). A cursor names its run by stamp and number, so a run of
-    the same ``generated_at`` (a coarse clock, a clock set back) is another run, kept too."""
-    older = [replace(r, assignments=(), events=()) for r in before]
-    return (result, *older[:KEPT_RUNS - 1])
+    up to ``KEPT_RUNS`` in all, each holding what its readers read only (the issues; not
+    the assignments, one per critique of the window, nor the events: the run's caller has
+    them, and no reader of a kept run does). A cursor names its run by stamp and number, so
+    a run of the same ``generated_at`` (a coarse clock, a clock set back) is another run."""
+    return (replace(result, assignments=(), events=()), *before[:KEPT_RUNS - 1])
 
 
 def page(runs: Sequence[IssuesResult], issue_id: str, at: RunsAt) -> dict[str, Any] | None:
