@@ -278,13 +278,14 @@ class _Routes:
     def issue_runs(self, req: Request, found: re.Match[str]) -> Response:
         issue_id = found.group(1)
         try:
-            page = self.api.issue_runs(issue_id, RunsAt.from_query(req.query))
+            at = RunsAt.from_query(req.query)
+            page = self.api.issue_runs(issue_id, at)
         except QueryError as e:
             return _error(400, str(e), parameter=e.param)
         except RunsGone as e:  # its pages cannot go on: never a page of another list
             return _error(410, f"cursor: {e}", parameter="cursor", generated_at=e.latest)
         return _json(200, page) if page is not None else _error(
-            404, f"no issue {quoted(issue_id)} in the last clustering run")
+            404, f"no issue {quoted(issue_id)} in {at.paged()}")
 
     def calibration(self, req: Request, _found: re.Match[str]) -> Response:
         if (refused := no_params(req.query)) is not None:

@@ -99,6 +99,24 @@ def test_a_cursor_without_its_runs_number_pages_no_run(served: tuple[str, Issues
     assert status == 410 and json.loads(body)["parameter"] == "cursor"
 
 
+def test_a_404_names_the_clustering_run_it_looked_in(served: tuple[str, IssuesResult]) -> None:
+    """The 404 of an issue a run does not have said "in the last clustering run" also on a
+    cursor's page, which is of the cursor's run (the last may be another one). Now each
+    says which run it looked in, the API and the web view alike."""
+    url, result = served
+    issue_id = max(result.issues, key=lambda i: i.traces).issue_id
+    _, body = _get(f"{url}/v1/issues/{issue_id}/runs?limit=7")
+    cursor = json.loads(body)["next_cursor"]
+    cursors_run = f"in the clustering run its cursor pages (generated_at {result.generated_at})"
+    for path, said in [("?limit=7", "in the last clustering run"),
+                       (f"?limit=7&cursor={cursor}", cursors_run)]:
+        status, body = _get(f"{url}/v1/issues/iss_unknown/runs{path}")
+        error = json.loads(body)["error"]
+        assert status == 404 and error.startswith("no issue ") and error.endswith(said), error
+        status, body = _get(f"{url}/ui/issues/iss_unknown/runs{path}")
+        assert status == 404 and f" {said}.".encode() in body, path
+
+
 def test_the_ui_links_the_runs_count_to_every_run(served: tuple[str, IssuesResult]) -> None:
     url, result = served
     issue = max(result.issues, key=lambda i: i.traces)

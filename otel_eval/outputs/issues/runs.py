@@ -75,6 +75,14 @@ class RunsAt:
         return cls(int(after), limit, run_ns, int(run) if run else None)
 
 
+    def paged(self) -> str:
+        """The clustering run the page is of, as an answer names it: the last, or the
+        cursor's (which the last may no longer be)."""
+        if self.run_ns is None:
+            return "the last clustering run"
+        return f"the clustering run its cursor pages (generated_at {self.run_ns / 1e9})"
+
+
 def _is_position(key: str) -> bool:
     """``RUN.OFFSET`` (or an earlier release's ``OFFSET``): digits 0-9 only."""
     run, dot, after = key.rpartition(".")

@@ -169,7 +169,7 @@ def _issue_runs(sources: Sources, found: re.Match[str], query: str) -> Response:
         # the issues not shown there, each listed with its runs on the issues page
         return 303, {**HEADERS, "Content-Type": _HTML, "Location": "/ui/issues"}, b""
     if page_of is None:
-        return _not_found(f"No issue {issue_id} in the last clustering run.")
+        return _not_found(f"No issue {issue_id} in {at.paged()}.")
     return _html(200, "issue runs", issue_runs_page(page_of), "issues")
 
 
