@@ -78,7 +78,7 @@ from otel_eval.base.loglimit import LogLimiter
 from otel_eval.base.model import is_trace_id
 from otel_eval.base.printable import quoted
 from otel_eval.decode.body import BodyError, loads_bounded
-from otel_eval.outputs.issues.runs import RunsAt, RunsGone
+from otel_eval.outputs.issues.runs import NoRun, RunsAt, RunsGone
 from otel_eval.outputs.ui.outcome import Writes
 from otel_eval.outputs.ui.routes import PAGES, Sources, View
 from otel_eval.outputs.ui.text import Redact
@@ -284,6 +284,8 @@ class _Routes:
             return _error(400, str(e), parameter=e.param)
         except RunsGone as e:  # its pages cannot go on: never a page of another list
             return _error(410, f"cursor: {e}", parameter="cursor", generated_at=e.latest)
+        except NoRun as e:  # none yet, or a follower of the fleet's issues job: say which
+            return _error(404, str(e))
         return _json(200, page) if page is not None else _error(
             404, f"no issue {quoted(issue_id)} in {at.paged()}")
 

@@ -33,7 +33,7 @@ from otel_eval.outputs.issues.result import (
     run_issues,
     to_json,
 )
-from otel_eval.outputs.issues.runs import RunsAt
+from otel_eval.outputs.issues.runs import NoRun, RunsAt
 from otel_eval.outputs.issues.tracker import IssueTracker
 from otel_eval.store import Store
 from otel_eval.store.base import Window
@@ -176,6 +176,8 @@ def test_a_worker_that_no_longer_leads_stops_publishing_its_old_issues(
     store.put_many(_stored(e, T0 - 60) for e in window(12))
     registry = CollectorRegistry()
     job = _job(store, registry, ManualClock(T0))
+    with pytest.raises(NoRun, match="no clustering run yet"):
+        job.runs("iss_any", RunsAt(0, 10))
     first = job.run_once()
     assert first is not None and first.issues
     issue_id = first.issues[0].issue_id
@@ -189,7 +191,8 @@ def test_a_worker_that_no_longer_leads_stops_publishing_its_old_issues(
                  "otel_eval_issues_last_run_timestamp_seconds"):
         assert _samples(registry, name) == [], name
     assert job.latest_json()["generated_at"] is None and job.latest_json()["issues"] == []
-    assert job.runs(issue_id, RunsAt(0, 10)) is None
+    with pytest.raises(NoRun, match="another worker of the fleet runs the issues job"):
+        job.runs(issue_id, RunsAt(0, 10))
     assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "ok"}) == 1
 
 

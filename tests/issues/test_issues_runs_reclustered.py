@@ -175,3 +175,20 @@ def test_two_clustering_runs_of_one_stamp_are_two_runs_to_a_cursor(served: Serve
         assert status == 200, page
         seen += page["trace_ids"]
     assert seen == first_runs
+
+
+def test_a_worker_without_a_clustering_run_says_why_its_runs_pages_are_empty(
+        served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a fleet (PostgreSQL store) one worker runs the issues job; the runs lists are its
+    memory, not the store's. Another worker answered an issue's runs with "no issue X in
+    the last clustering run", as if it had clustered and found no such issue. Now the
+    404 says that another worker runs the job (and, before any run, that none ran yet)."""
+    issue_id, _ = _loop_issue(served)
+    monkeypatch.setattr(served.job._tracker, "leads", lambda: False)  # another worker leads
+    served.clock.advance(INTERVAL)
+    assert served.job.run_once() is None
+    status, answer = _json(f"{served.url}/v1/issues/{issue_id}/runs")
+    assert status == 404 and "another worker of the fleet runs the issues job" in (
+        answer["error"]), answer
+    status, page = _get(f"{served.url}/ui/issues/{issue_id}/runs")
+    assert status == 404 and b"No clustering run on this worker: another worker" in page

@@ -63,7 +63,7 @@ from otel_eval.outputs.issues.result import (
     to_json,
     top_issue_gauge_samples,
 )
-from otel_eval.outputs.issues.runs import RunsAt, kept, page
+from otel_eval.outputs.issues.runs import NoRun, RunsAt, kept, page
 from otel_eval.outputs.issues.synthesis import Synthesizer
 from otel_eval.outputs.issues.tracker import Annotator, IssueTracker
 from otel_eval.store.base import SessionLimits, Window
@@ -148,6 +148,7 @@ class IssuesJob:
         # ones, whatever its clock says
         self._numbers = itertools.count(secrets.randbits(32))
         self._rows: tuple[IssueRow, ...] = ()
+        self._following = False  # the last run was skipped: another worker leads
         self._exemplars: dict[str, str] = {}  # issue id -> sticky exemplar trace id
         self._runs = dict.fromkeys(RUN_STATUSES, 0)
         self._annotations = dict.fromkeys(ANNOTATION_STATUSES, 0)
@@ -185,6 +186,7 @@ class IssuesJob:
                 return None
             with self._lock:
                 self._kept, self._rows = kept(result, self._kept), rows
+                self._following = False
                 self._runs["ok"] += 1
                 self._last_run = now
                 self._last_duration = time.monotonic() - started
@@ -210,6 +212,7 @@ class IssuesJob:
         with self._lock:
             self._runs["skipped"] += 1
             self._kept, self._rows, self._exemplars = (), (), {}
+            self._following = True
             self._last_run = self._last_duration = None
 
     def _annotate(self, result: IssuesResult, now: float) -> None:
@@ -264,9 +267,12 @@ class IssuesJob:
     def runs(self, issue_id: str, at: RunsAt) -> dict[str, Any] | None:
         """One page of the runs of an issue (``GET /v1/issues/{id}/runs``): of the last
         successful run, or of the kept run a cursor pages (``RunsGone`` when it is no longer
-        kept); None when that run does not have the issue."""
+        kept); None when that run does not have the issue; ``NoRun`` without a run (none
+        yet, or another worker leads: the issues are its)."""
         with self._lock:
-            runs = self._kept
+            runs, following = self._kept, self._following
+        if not runs and at.run_ns is None:
+            raise NoRun(NoRun.FOLLOWING if following else NoRun.NOT_YET)
         return page(runs, issue_id, at)
 
     def of_run(self, trace_id: str) -> list[dict[str, str]]:

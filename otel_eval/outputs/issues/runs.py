@@ -109,6 +109,18 @@ class RunsGone(Exception):
         self.latest = latest
 
 
+class NoRun(Exception):
+    """No clustering run to page on this process: none yet, or another worker of the fleet
+    runs the issues job (the runs lists are its memory, not the store's: store.md); the
+    message says which. Not a cursor's answer: that is ``RunsGone``."""
+
+    NOT_YET = ("no clustering run yet: the issues job runs at start, then every "
+               "issues.interval_s")
+    FOLLOWING = ("no clustering run on this worker: another worker of the fleet runs the "
+                 "issues job (it holds the catalogue's lock) and serves the issues and "
+                 "their runs")
+
+
 def run_ns(result: IssuesResult) -> int:
     """The clustering run's stamp in a cursor: its ``generated_at`` in ns."""
     return round(result.generated_at * 1e9)

@@ -42,7 +42,7 @@ from urllib.parse import parse_qs, unquote
 from otel_eval.base.configcheck import ascii_int
 from otel_eval.base.printable import quoted
 from otel_eval.outputs.issues.result import OTHER_ISSUE_ID
-from otel_eval.outputs.issues.runs import RunsAt, RunsGone
+from otel_eval.outputs.issues.runs import NoRun, RunsAt, RunsGone
 from otel_eval.outputs.ui.calibration import calibration_page
 from otel_eval.outputs.ui.html import HEADERS, Html, h, join, page
 from otel_eval.outputs.ui.issues import (
@@ -164,6 +164,8 @@ def _issue_runs(sources: Sources, found: re.Match[str], query: str) -> Response:
         return _html(400, "issue runs", h("p", str(e), class_="error"), "issues")
     except RunsGone:  # the person pages on from the first page of the last run's list
         return _html(410, "issue runs", issue_runs_gone(issue_id), "issues")
+    except NoRun as e:  # none yet, or a follower of the fleet's issues job: say which
+        return _not_found(f"{str(e)[:1].upper()}{str(e)[1:]}.")
     if page_of is None and issue_id == OTHER_ISSUE_ID:
         # the issue gauges' "_other" (the dashboard's issues table links its runs here):
         # the issues not shown there, each listed with its runs on the issues page
