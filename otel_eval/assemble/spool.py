@@ -107,7 +107,7 @@ from otel_eval.assemble.spool_rows import Held, Replay, encoded, items_of
 from otel_eval.base.configcheck import StartupError
 from otel_eval.base.model import Span
 from otel_eval.decode.otlp_logs import HeldRecord
-from otel_eval.telemetry.metrics import SpoolMetrics
+from otel_eval.telemetry.spool import SpoolMetrics
 
 # The spool's public names, wherever defined (``spool_file``, ``spool_rows``): imported from here.
 __all__ = ["CORRUPT_KEPT", "SCHEMA_VERSION", "SIGNALS", "Held", "Replay", "Spool",

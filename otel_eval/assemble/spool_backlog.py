@@ -44,7 +44,7 @@ from otel_eval.assemble.spool_rows import Replay, replay_one
 from otel_eval.base.model import Span
 from otel_eval.decode import otlp
 from otel_eval.decode.otlp_logs import HeldRecord
-from otel_eval.telemetry.metrics import SpoolMetrics
+from otel_eval.telemetry.spool import SpoolMetrics
 
 # The spool's logger, for all its parts: their lines keep the one name.
 log = logging.getLogger("otel_eval.assemble.spool")

@@ -16,7 +16,7 @@ from otel_eval.assemble import spool_file
 from otel_eval.assemble.service_load import RowLoad
 from otel_eval.assemble.spool_file import transaction
 from otel_eval.assemble.spool_rows import thinned
-from otel_eval.telemetry.metrics import SpoolMetrics
+from otel_eval.telemetry.spool import SpoolMetrics
 
 log = logging.getLogger("otel_eval.assemble.spool")
 

@@ -28,7 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from otel_eval.base.model import Span
 from otel_eval.decode import encode, otlp, otlp_logs
 from otel_eval.decode.otlp_logs import HeldRecord
-from otel_eval.telemetry.metrics import SpoolMetrics
+from otel_eval.telemetry.spool import SpoolMetrics
 
 # The spool's logger, for all its parts: their lines keep the one name.
 log = logging.getLogger("otel_eval.assemble.spool")

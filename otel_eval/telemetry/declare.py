@@ -1,7 +1,7 @@
 """``Declarer``: the one way to declare a self-metric, on the injected registry.
 
 Every subsystem's metrics object (``ingest.IngestMetrics``, ``traces.TraceMetrics``,
-``metrics.JudgeMetrics``, ...) is handed one by ``metrics.Metrics`` and declares its series in
+``judge.JudgeMetrics``, ...) is handed one by ``metrics.Metrics`` and declares its series in
 its constructor: name without the ``otel_eval_`` namespace, help, labels. The order they are
 declared in is the order ``/metrics`` lists them.
 """

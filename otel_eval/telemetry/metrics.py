@@ -2,8 +2,8 @@
 
 One way to declare one, in this package only: a class per subsystem (``ingest.IngestMetrics``
 for the receivers and assembly, ``EvaluationMetrics``, ``SinkMetrics``, ``traces.TraceMetrics``,
-``JudgeMetrics``, ``KafkaMetrics``, ``SpoolMetrics``, ``prediction.PredictionMetrics``,
-``sessions.SessionMetrics``,
+``judge.JudgeMetrics``, ``kafka.KafkaMetrics``, ``spool.SpoolMetrics``,
+``prediction.PredictionMetrics``, ``sessions.SessionMetrics``,
 ``calibration.CalibrationMetrics``, ``workers.WorkerMetrics``) declares its series in its
 constructor through the ``declare.Declarer`` ``Metrics`` hands it (name without the
 ``otel_eval_`` namespace, help, labels; the registry is the injected one) and offers verbs; a
@@ -158,9 +158,8 @@ trace that is no agent run (only setup operations: ``trajectory.is_run``), count
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -169,10 +168,13 @@ from otel_eval.base.results import Evaluation
 from otel_eval.telemetry.calibration import CalibrationMetrics
 from otel_eval.telemetry.declare import Declarer
 from otel_eval.telemetry.ingest import IngestMetrics
+from otel_eval.telemetry.judge import JudgeMetrics
+from otel_eval.telemetry.kafka import KafkaMetrics
 from otel_eval.telemetry.labels import OTHER, SeriesCap
 from otel_eval.telemetry.prediction import AucSettings, PredictionMetrics
 from otel_eval.telemetry.sessions import SessionMetrics
-from otel_eval.telemetry.traces import LATENCY_BUCKETS, TOOL_ERROR_KINDS, TraceMetrics
+from otel_eval.telemetry.spool import SPOOL_OPERATIONS, SpoolMetrics
+from otel_eval.telemetry.traces import TOOL_ERROR_KINDS, TraceMetrics
 from otel_eval.telemetry.workers import WorkerMetrics
 
 __all__ = ["OTHER", "SPOOL_OPERATIONS", "TOOL_ERROR_KINDS", "EvaluationMetrics", "JudgeMetrics",
@@ -291,196 +293,6 @@ class SinkMetrics:
 
     def events_emitted(self, n: int) -> None:
         self.c_events.inc(n)
-
-
-class JudgeMetrics:
-    """The judge's ``JudgeObserver`` (otel_eval.evaluate.judge.observer) over Prometheus metrics."""
-
-    def __init__(self, d: Declarer) -> None:
-        c, h = d.counter, d.histogram
-        self.c_calls = c("judge_calls", "LLM judge calls, by judge and status.",
-                         ["judge", "status"])
-        self.c_tokens = c("judge_tokens", "Judge tokens, by direction.", ["judge", "direction"])
-        self.c_cost = c("judge_cost_usd", "Judge spend, USD (litellm's accounting; calls of a "
-                        "model with no price are not in it: their cost is unknown).",
-                        ["judge"])
-        self.c_usage_implausible = c(
-            "judge_usage_implausible", "Judge replies whose reported token usage was "
-            "missing or implausible (no prompt tokens, negative, fractional, over twice the "
-            "text's size), replaced by an estimate.", ["judge"])
-        self.h_latency = h("judge_call_duration_seconds", "Judge call latency.", ["judge"],
-                           LATENCY_BUCKETS)
-        self.c_skipped = c("judge_skipped", "Traces and sessions not judged, by reason.",
-                           ["reason"])
-        self.h_score = h("judge_score", "Judge scores (0..1), by judge and dimension.",
-                         ["judge", "dimension"], tuple(i / 10 for i in range(1, 11)))
-        self.g_queue = d.gauge("judge_queue_depth", "Evaluations waiting for the judge.")
-
-    def call(self, judge: str, status: str, input_tokens: int, output_tokens: int,
-             cost_usd: float | None, latency_s: float) -> None:
-        self.c_calls.labels(judge, status).inc()
-        self.c_tokens.labels(judge, "input").inc(input_tokens)
-        self.c_tokens.labels(judge, "output").inc(output_tokens)
-        if cost_usd is not None:  # unknown (no price for the model): not counted as $0
-            self.c_cost.labels(judge).inc(cost_usd)
-        self.h_latency.labels(judge).observe(latency_s)
-
-    def usage_implausible(self, judge: str, replies: int) -> None:
-        self.c_usage_implausible.labels(judge).inc(replies)
-
-    def skip(self, reason: str) -> None:
-        self.c_skipped.labels(reason).inc()
-
-    def call_statuses(self, judges: Iterable[str], statuses: Iterable[str]) -> None:
-        """Declare each (call name, status) series at 0 (given by the judge stage), so
-        increase() sees a judge's first failed call and OtelEvalJudgeFailing counts it."""
-        for judge in judges:
-            for status in statuses:
-                self.c_calls.labels(judge, status)
-
-    def skip_reasons(self, reasons: Iterable[str]) -> None:
-        """Declare each skip reason's series at 0 (``reasons``: evaluate.judge.SKIP_REASONS,
-        given by the judge stage: this package sits below it), so increase() sees the first
-        skip and OtelEvalJudgeSkipping fires on it."""
-        for reason in reasons:
-            self.c_skipped.labels(reason)
-
-    def score(self, judge: str, dimension: str, value: float) -> None:
-        self.h_score.labels(judge, dimension).observe(value)
-
-    def queue_depth(self, n: int) -> None:
-        self.g_queue.set(n)
-
-
-class KafkaMetrics:
-    """The Kafka stages' ``KafkaMetrics`` protocol (otel_eval.base.kafka.stats) over Prometheus."""
-
-    def __init__(self, d: Declarer, ingest: IngestMetrics) -> None:
-        c, g = d.counter, d.gauge
-        self._ingest = ingest  # spans from records are accounted as the receivers' are (kafka)
-        self.c_consumed = c("kafka_spans_consumed", "Spans taken from Kafka records.")
-        self.c_poison = c("kafka_records_poison", "Records skipped as not OTLP, by reason.",
-                          ["reason"])
-        self.c_throttled = c("kafka_throttled", "Records the engine refused (retried until "
-                             "taken; each counted once, by its first refusal's reason).",
-                             ["reason"])
-        self.g_paused = g("kafka_paused", "1 while the consumer pauses for backpressure.")
-        self.g_lag = g("kafka_lag_records", "Consumer lag per partition, records.",
-                       ["topic", "partition"])
-        self.g_committed = g("kafka_committed_offset", "Last committed offset per partition.",
-                             ["topic", "partition"])
-        self.c_commit_failed = c("kafka_commit_failures", "Offset commits that failed.",
-                                 ["reason"])
-        self.c_metadata_ignored = c(
-            "kafka_commit_metadata_ignored",
-            "Committed offset metadata read as absent at a partition's assignment (past what "
-            "otel-eval writes: its done records are replayed), by reason.", ["reason"])
-        self.c_published = c("kafka_records_published", "Records written, by topic kind.",
-                             ["topic"])
-        self.c_publish_dropped = c("kafka_publish_dropped", "Records not written, by reason.",
-                                   ["topic", "reason"])
-
-    def record_consumed(self, n_spans: int) -> None:
-        self.c_consumed.inc(n_spans)
-
-    def record_poison(self, reason: str) -> None:
-        self.c_poison.labels(reason).inc()
-
-    def spans_ingested(self, accepted: int, rejected: Mapping[str, int]) -> None:
-        self._ingest.spans_ingested("kafka", accepted, rejected)
-
-    def log_records_ingested(self, accepted: int, ignored: Mapping[str, int],
-                             rejected: Mapping[str, int]) -> None:
-        self._ingest.log_records("kafka", accepted, dict(ignored), dict(rejected))
-
-    def throttled(self, reason: str) -> None:
-        self.c_throttled.labels(reason).inc()
-
-    def paused(self, paused: bool) -> None:
-        self.g_paused.set(1 if paused else 0)
-
-    def lag(self, partition: int, records: int, topic: str = "spans") -> None:
-        self.g_lag.labels(topic, str(partition)).set(records)
-
-    def committed(self, partition: int, offset: int, topic: str = "spans") -> None:
-        self.g_committed.labels(topic, str(partition)).set(offset)
-
-    def released(self, partition: int, topic: str = "spans") -> None:
-        for gauge in (self.g_lag, self.g_committed):
-            with contextlib.suppress(KeyError):  # never set for it
-                gauge.remove(topic, str(partition))
-
-    def commit_failed(self, reason: str) -> None:
-        self.c_commit_failed.labels(reason).inc()
-
-    def metadata_ignored(self, reason: str) -> None:
-        self.c_metadata_ignored.labels(reason).inc()
-
-    def published(self, topic_kind: str, n_records: int) -> None:
-        self.c_published.labels(topic_kind).inc(n_records)
-
-    def publish_dropped(self, topic_kind: str, reason: str, n: int) -> None:
-        self.c_publish_dropped.labels(topic_kind, reason).inc(n)
-
-
-# What a spool operation failed at (``spool_failures_total{operation}``): a request's row,
-# deleting evaluated traces' rows, marking what assembly took, opening the file, reading a
-# row back at start.
-SPOOL_OPERATIONS = ("append", "delete", "settle", "open", "replay")
-
-
-class SpoolMetrics:
-    """The spool (``otel_eval.assemble.spool``): what it holds, what it replayed, what failed."""
-
-    def __init__(self, d: Declarer) -> None:
-        self.g_bytes = d.gauge("spool_bytes", "Bytes of OTLP requests held until evaluated.")
-        self.g_requests = d.gauge("spool_requests", "OTLP requests held until evaluated.")
-        self.g_max_bytes = d.gauge("spool_max_bytes", "The spool's bound "
-                                   "(store.spool_max_bytes): past it, exports are refused "
-                                   "with spool_full.")
-        self.c_replayed = d.counter("spool_spans_replayed",
-                                     "Spans replayed from the spool at start (not received).")
-        self.c_replayed_logs = d.counter(
-            "spool_log_records_replayed",
-            "GenAI event log records replayed from the spool at start (not received).")
-        self.c_failed = d.counter("spool_failures", "Spool writes that failed, by operation.",
-                                   ["operation"])
-        self.c_rejected = d.counter(
-            "spool_spans_rejected",
-            "Spans of the traces replayed from the spool at start that this version's decoder "
-            "or assembly refuses (acknowledged by an earlier one), by reason (as "
-            "receiver_spans_rejected_total's): logged, not evaluated.", ["reason"])
-        self.c_rejected_logs = d.counter(
-            "spool_log_records_rejected",
-            "GenAI event log records of the traces replayed from the spool at start that this "
-            "version's decoder or assembly refuses (acknowledged by an earlier one), by reason (as "
-            "receiver_log_records_rejected_total's): logged, not evaluated.", ["reason"])
-
-    def held(self, n_requests: int, n_bytes: int) -> None:
-        self.g_requests.set(n_requests)
-        self.g_bytes.set(n_bytes)
-
-    def bound(self, max_bytes: int) -> None:
-        """The spool is open: its bound, and each failure at 0 (OtelEvalSpoolRefusingWrites
-        reads increase(): a series born at 1 would take the first failure for its baseline)."""
-        self.g_max_bytes.set(max_bytes)
-        for operation in SPOOL_OPERATIONS:
-            self.c_failed.labels(operation)
-
-    def replayed(self, n_spans: int) -> None:
-        self.c_replayed.inc(n_spans)
-
-    def replayed_logs(self, n_records: int) -> None:
-        self.c_replayed_logs.inc(n_records)
-
-    def failed(self, operation: str) -> None:
-        self.c_failed.labels(operation).inc()
-
-    def spans_rejected(self, reason: str, n: int) -> None:
-        self.c_rejected.labels(reason).inc(n)
-
-    def log_records_rejected(self, reason: str, n: int) -> None:
-        self.c_rejected_logs.labels(reason).inc(n)
 
 
 def render(registry: CollectorRegistry, accept_header: str | None) -> tuple[bytes, str]:

@@ -118,7 +118,7 @@ def test_the_spool_declares_its_failure_operations_when_it_opens(tmp_path: Path)
     # OtelEvalSpoolRefusingWrites reads increase() of the appends that failed: a full disk's
     # first refused export must count, not be the series' baseline
     from otel_eval.assemble.spool import Spool
-    from otel_eval.telemetry.metrics import SPOOL_OPERATIONS
+    from otel_eval.telemetry.spool import SPOOL_OPERATIONS
 
     metrics = Metrics(CollectorRegistry())
     assert _sample(metrics, "otel_eval_spool_failures_total", operation="append") is None
