@@ -209,6 +209,7 @@ def test_the_judge_imports_nothing_of_the_issue_stage() -> None:
     graph = import_graph()
     assert sorted((m, d) for m, deps in graph.items() if m.startswith("otel_eval.evaluate.judge")
                   for d in deps if d.startswith("otel_eval.outputs")) == [
+        ("otel_eval.evaluate.judge.delivery", "otel_eval.outputs.deps"),
         ("otel_eval.evaluate.judge.stage", "otel_eval.outputs.deps")]
 
 
