@@ -103,7 +103,11 @@ class JudgeStage(JudgeDelivery):
         """``cache_path``: the local SQLite file of the rubric cache and the pending journal
         (``store.path``); ``trajectory``: the bounds of a stored result; ``results``: the
         Kafka results topic, which gets each evaluation again once its judge is stored;
-        ``clock``: the time of the limits on the stage's and its queue's lines."""
+        ``clock``: the stage's one time, its judge's too (the hourly cost budget, the rate
+        limits, a call's latency) and that of the limits on the stage's, its queue's and its
+        judge's lines. The rate limits wait on the loop's ``asyncio.sleep``: a clock that
+        does not move with it suits a judge without ``requests_per_min`` and
+        ``tokens_per_min``."""
         self.config = config
         self._clock = clock
         # the writer thread's and the loop's store failures: one line per interval
@@ -135,7 +139,7 @@ class JudgeStage(JudgeDelivery):
         self._cache = SqliteRubricCache(self.cache_path,
                                         ttl_s=self.config.rubric_ttl_days * 86400)
         try:
-            self.judge = Judge(self.config, rubric_cache=self._cache,
+            self.judge = Judge(self.config, clock=self._clock, rubric_cache=self._cache,
                                observer=self.metrics.judge)
         except BaseException:
             self._close_cache()
