@@ -240,14 +240,22 @@ def invocations(trajectory: Trajectory) -> dict[str, str | None]:
     invocation (the run's own agents). A sub-agent delegated to twice made two runs, each
     compared with itself as a run of that agent alone would be; the repeat is its caller's
     (the delegating call made again). Tree order (a parent before its children); a parent
-    that is no step, or comes later (a cycle), starts no invocation. One Python call per
+    that is no step, or comes later (a cycle), starts no invocation. A step whose parent span
+    is missing (a sampler dropped it) and whose agent is known (``place_missing_parents``
+    gave it the agent it ran in, or its span is stamped) is part of the invocation it ran in:
+    the step above it in the tree, where ``spans.tree_order`` put it. One Python call per
     run, plain loops (tests/cost)."""
     run: dict[str, str | None] = {}
     called: dict[str, bool] = {}  # span id -> a tool step at or above it, below its agent
+    path: list[str] = []  # span ids of the steps above the current one, by depth
     for s in trajectory.steps:
         if s.span_id in run:
             continue  # rebuilt steps and calls from code share a span: the span's step decides
+        del path[s.depth:]
         parent = s.parent_span_id or ""
+        if path and parent not in run and s.node is not None:
+            # missing: where it ran (a span of a parent cycle, its parent later, is at depth 0)
+            parent = path[-1]
         if s.kind == "agent":
             run[s.span_id] = (s.span_id if s.delegated or called.get(parent, False)
                               else run.get(parent))
@@ -255,6 +263,7 @@ def invocations(trajectory: Trajectory) -> dict[str, str | None]:
         else:
             run[s.span_id] = run.get(parent)
             called[s.span_id] = s.kind == "tool" or called.get(parent, False)
+        path.append(s.span_id)
     return run
 
 
