@@ -95,3 +95,39 @@ def test_a_sub_agents_cycle_under_a_missing_span_is_still_of_its_invocation(
     assert _repeats(spans) == [("repeated_call", 3)]
     assert _repeats(spans, dropped) == [("repeated_call", 3)]
 
+
+def _unnamed(spans: list[Span]) -> list[Span]:
+    """``spans`` with the coordinator's span named by its framework's default (``Agent``,
+    ``invoke_agent``): an agent of no known name, its steps' node None."""
+    team = next(s for s in spans if s.span_id == sid("team"))
+    team.name, team.attributes["gen_ai.agent.name"] = "invoke_agent", "Agent"
+    return spans
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("coordinator", ["named", "unnamed"])
+def test_a_sub_agent_whose_own_span_is_missing_is_no_run_of_its_coordinator(
+        shape: str, coordinator: str) -> None:
+    """The member looks the weather up once, then the coordinator, told only its answer,
+    looks it up itself. Without the member's span its steps are of no known agent (the
+    coordinator's calls never name theirs): another run than the coordinator's, named or
+    not, so the two lookups are no agent repeating itself."""
+    told = "call_" + "d" * 24
+    spans = [*_delegating(shape, 1),
+             _chat("team-llm2", "team", 6_000, "call_" + "c" * 24, "get_weather", PARIS,
+                   told=told),
+             _tool("team-tool", "team", 6_100, "call_" + "c" * 24, "get_weather", PARIS)]
+    if coordinator == "unnamed":
+        spans = _unnamed(spans)
+    assert _repeats(spans) == []
+    assert _repeats(spans, "member") == []
+
+
+@pytest.mark.parametrize("dropped", ["team-act0", "team-act1"])
+def test_an_unnamed_agents_cycle_under_a_missing_span_is_still_its_own(dropped: str) -> None:
+    """An agent of no known name calls get_weather(Paris) three times, one cycle's span
+    dropped: the group under it is that agent's (its LLM asked for the call), the loop
+    three calls, as when the agent is named."""
+    spans = _unnamed([_agent("team", None, 0, 10_000, "team"), *_cycles("team", 200, 3)])
+    assert _repeats(spans) == [("repeated_call", 3)]
+    assert _repeats(spans, dropped) == [("repeated_call", 3)]

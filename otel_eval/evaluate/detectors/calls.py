@@ -241,10 +241,10 @@ def invocations(trajectory: Trajectory) -> dict[str, str | None]:
     compared with itself as a run of that agent alone would be; the repeat is its caller's
     (the delegating call made again). Tree order (a parent before its children); a parent
     that is no step, or comes later (a cycle), starts no invocation. A step whose parent span
-    is missing (a sampler dropped it) and whose agent is known (``place_missing_parents``
-    gave it the agent it ran in, or its span is stamped) is part of the invocation it ran in:
-    the step above it in the tree, where ``spans.tree_order`` put it. One Python call per
-    run, plain loops (tests/cost)."""
+    is missing (a sampler dropped it) is part of the invocation it ran in: the step above it
+    in the tree, where ``spans.tree_order`` put it and ``place_missing_parents`` found its
+    agent (a group no agent's calls name is within the missing span: ``Step.within_unknown``
+    keeps it apart). One Python call per run, plain loops (tests/cost)."""
     run: dict[str, str | None] = {}
     called: dict[str, bool] = {}  # span id -> a tool step at or above it, below its agent
     path: list[str] = []  # span ids of the steps above the current one, by depth
@@ -253,7 +253,7 @@ def invocations(trajectory: Trajectory) -> dict[str, str | None]:
             continue  # rebuilt steps and calls from code share a span: the span's step decides
         del path[s.depth:]
         parent = s.parent_span_id or ""
-        if path and parent not in run and s.node is not None:
+        if path and parent not in run:
             # missing: where it ran (a span of a parent cycle, its parent later, is at depth 0)
             parent = path[-1]
         if s.kind == "agent":

@@ -22,8 +22,14 @@ given a tool step that records no id the id of the call it ran) are the agent's
    agent, sent the whole history of the one before, is not the one whose turn it was;
 
 either only among the steps of the agent the group ran in (the nearest agent span above it
-in the tree, where ``spans.tree_order`` put it). A group none of them names stays of no known
-agent, and so does one with no known agent's step before it. Ids shorter than
+in the tree, where ``spans.tree_order`` put it). An agent is its scope (its node and its
+agent span): one of no known name (a framework's default, node None) is an agent all the
+same, and so are the run's steps outside every agent span. A group none of them names is of
+no known agent's run: it may have been a sub-agent's, so the missing span is the unknown
+span it is within (``Step.within_unknown``), as a span of a kind not understood, and its
+calls are compared with no agent's. A group that ran in no span that arrived (nothing above
+it in the tree, as when a killed run's agent span was never sent) stays as read. Ids shorter
+than
 ``_MIN_ID_CHARS`` are counters (smolagents' ``call_1``), alike in every run: they tell nothing,
 so a code agent's cycle (its calls have no ids of their own) is not placed.
 """
@@ -38,8 +44,10 @@ from otel_eval.base.steps import Step
 
 __all__ = ["place_missing_parents"]
 
-Scope = dict[str, tuple[str | None, str | None]]
+Who = tuple[str | None, str | None]  # an agent: its node and the id of its agent span
+Scope = dict[str, Who]  # span id -> the agent it is part of
 
+_NO_AGENT: Who = (None, None)  # outside every agent span, of no stamped name
 _MIN_ID_CHARS = 16  # OpenAI's call_ + 24, Anthropic's toolu_ + 24: ids unique to a call
 _LATER_CALLS = 64  # LLM steps looked at after a group for its agent's: bounded work
 # the words of an LLM step's input a call id can be (JSON strings, prose)
@@ -48,7 +56,8 @@ _WORDS = re.compile(r"[^\s\"'`,;{}\[\]()<>=\\]+")
 
 @dataclass(slots=True)
 class _Known:
-    """The steps of a known agent (``Step.node`` set) the groups are linked to."""
+    """The steps not under a missing span (an agent's, named or not) the groups are linked
+    to."""
 
     llm: list[int] = field(default_factory=list)  # positions of its LLM steps, in order
     calls: dict[str, int] = field(default_factory=dict)  # call id -> the step asking/running
@@ -73,8 +82,8 @@ def place_missing_parents(steps: list[Step], scope: Scope) -> None:
     groups: dict[str, list[int]] = {}  # missing span id -> positions of the steps under it
     within: dict[str, str] = {}  # span id of a grouped step -> its group's missing span id
     above: dict[int, int] = {}  # position of a group's first step -> the step above it
-    last: dict[int, str] = {}  # position of a group's first step -> the node of the last
-    node: str | None = None  # step of a known agent before it (the agent whose turn it was)
+    last: dict[int, Who] = {}  # position of a group's first step -> the scope of the last
+    before: Who | None = None  # step of an agent before it (the agent whose turn it was)
     path: list[int] = []  # positions of the steps above the current one, by depth
     known = _Known()
     for at, s in enumerate(steps):
@@ -84,42 +93,46 @@ def place_missing_parents(steps: list[Step], scope: Scope) -> None:
             parent if parent not in ids else within.get(parent))
         if top is not None:
             within[s.span_id] = top
-            if top not in groups and path and node is not None:
-                above[at], last[at] = path[-1], node
+            if top not in groups and path and before is not None:
+                above[at], last[at] = path[-1], before
             groups.setdefault(top, []).append(at)
-        elif s.node is not None:
-            node = s.node
+        else:
+            before = scope.get(s.span_id, _NO_AGENT)
             if s.kind in ("llm", "tool"):
                 known.add(s, at)
         path.append(at)
-    for group in groups.values():
-        if group[0] in above:
-            _place(group, steps[above[group[0]]], last[group[0]], steps, known, scope)
+    for top, group in groups.items():
+        if group[0] in above and not _place(group, steps[above[group[0]]], last[group[0]],
+                                            steps, known, scope):
+            for k in group:  # of no known agent's run: within the span that is missing
+                steps[k].within_unknown = steps[k].within_unknown or top
 
 
-def _place(at: list[int], above: Step, before: str, steps: list[Step], known: _Known,
-           scope: Scope) -> None:
+def _place(at: list[int], above: Step, before: Who, steps: list[Step], known: _Known,
+           scope: Scope) -> bool:
     """The group (the positions ``at`` of its steps) takes the node of the agent it ran in
     (``above``'s) whose step asked for or ran one of its calls, else of that agent's first
     LLM step after it whose input holds one of its call ids when it is the agent whose turn
-    it was (``before``), when there is one."""
+    it was (``before``), when there is one; whether it did."""
     group = [steps[k] for k in at]
     told = _call_ids(group)
-    agent = scope.get(above.span_id, (None, None))[1]
+    agent = scope.get(above.span_id, _NO_AGENT)[1]
     # asked or ran, the earliest first (the same answer whatever the order of ``told``)
     linked = [steps[k] for k in sorted(known.calls[i] for i in told if i in known.calls)]
     after = bisect_right(known.llm, at[-1])
     for k in known.llm[after:after + _LATER_CALLS]:
-        if steps[k].node == before and not told.isdisjoint(_sent(known, steps, k)):
+        if scope.get(steps[k].span_id) == before \
+                and not told.isdisjoint(_sent(known, steps, k)):
             linked.append(steps[k])
             break
     for s in linked:
-        if scope.get(s.span_id, (None, None))[1] == agent:
+        if scope.get(s.span_id, _NO_AGENT)[1] == agent:
             for g in group:
                 g.node = s.node  # an unknown span inside the group still stands between
                 g.within_unknown = g.within_unknown or s.within_unknown
                 scope[g.span_id] = scope[s.span_id]
-            return
+            return True
+    return False
 
 
 def _sent(known: _Known, steps: list[Step], k: int) -> frozenset[str]:
