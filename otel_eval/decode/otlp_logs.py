@@ -262,26 +262,29 @@ def hold(record: LogEvent | HeldRecord) -> HeldRecord:
 
 
 def encode_logs(records: Iterable[LogEvent | HeldRecord]) -> ExportLogsServiceRequest:
-    """Records -> one request that ``decode_logs`` turns back into the same records (the
-    spool re-encodes what a re-opened trace holds; a held record is written as received).
-    A record held with its ``origin`` is written under its resource and scope as received;
-    the others (decoding keeps none) under empty ones."""
+    """Records -> one request that ``decode_logs`` turns back into the same records, in the
+    order given (the spool re-encodes what a re-opened trace holds; a held record is written
+    as received). A record held with its ``origin`` is written under its resource and scope
+    as received; the others (decoding keeps none) under empty ones. Consecutive records of
+    one origin share its entries; a resource or scope that comes back after another is
+    written again there, never merged into its first place: that would move its later
+    records before the other's (what is published must be the user's records in their
+    order: a span's records stamped alike are read in the order received)."""
     req = ExportLogsServiceRequest()
-    resources: dict[bytes | None, logs_pb2.ResourceLogs] = {}
-    scopes: dict[tuple[bytes, bytes] | None, logs_pb2.ScopeLogs] = {}
+    rl: logs_pb2.ResourceLogs | None = None
+    sl: logs_pb2.ScopeLogs | None = None
+    last: tuple[bytes, bytes] | None = None  # the origin ``sl`` was written under
     for r in records:
         origin = r.origin if isinstance(r, HeldRecord) else None
-        sl = scopes.get(origin)
-        if sl is None:
-            rkey = origin[0] if origin else None
-            rl = resources.get(rkey)
-            if rl is None:
-                rl = resources[rkey] = req.resource_logs.add()
+        if sl is None or origin != last:
+            if rl is None or (origin and origin[0]) != (last and last[0]):
+                rl = req.resource_logs.add()
                 if origin:
                     rl.ParseFromString(origin[0])
-            sl = scopes[origin] = rl.scope_logs.add()
+            sl = rl.scope_logs.add()
             if origin:
                 sl.ParseFromString(origin[1])
+            last = origin
         if isinstance(r, HeldRecord):
             sl.log_records.add().MergeFromString(r.raw)
         else:
