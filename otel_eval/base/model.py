@@ -320,7 +320,10 @@ def content_digest(trace: Trace) -> str:
 
 
 def _record_key(record: LogEvent) -> tuple[str, int, str, str, str]:
-    """What tells one log record from another (span id, time, name, body, attributes)."""
+    """What tells one log record from another (span id, time, name, body, attributes). Not
+    its observed time: the same record keeps it when delivered again (its bytes), but a spool
+    row an earlier release re-encoded from the decoded record lost it, and keys stored by
+    earlier releases lack it; records alike but for it count apart in ``content_ids``."""
     return (record.span_id, record.time_unix_nano, record.name, repr(record.body),
             repr(record.attributes))
 
@@ -329,9 +332,17 @@ def content_ids(trace: Trace) -> set[str]:
     """What a trace's evaluation was made from, item by item: its span ids and, for each log
     record, ``r`` and a short hash of what tells it apart (never a span id: those are hex).
     A trace whose ids include a stored evaluation's holds all that run was made from (more
-    of it); one lacking some is a fragment (``evaluate.stage``). Linear in the trace's size."""
+    of it); one lacking some is a fragment (``evaluate.stage``). Records alike (the same
+    key: assembly holds two whose bytes differ, such as two equal messages of a call's
+    history told apart only by their observed time) are as many items: the n-th such one,
+    in any order, hashes with ``#n`` from the second on, so a trace lacking one of them is
+    a fragment, and a lone record's id is what earlier releases stored. Linear in the
+    trace's size."""
     ids = {s.span_id for s in trace.spans}
+    alike: dict[bytes, int] = {}
     for r in trace.logs:
         key = repr(_record_key(r)).encode("utf-8", "surrogatepass")
-        ids.add("r" + hashlib.blake2b(key, digest_size=8).hexdigest())
+        n = alike[key] = alike.get(key, 0) + 1
+        ids.add("r" + hashlib.blake2b(key if n == 1 else b"%s#%d" % (key, n),
+                                      digest_size=8).hexdigest())
     return ids
