@@ -145,16 +145,24 @@ def _in_order(events: Iterable[LogEvent]) -> list[LogEvent]:
     stamped alike (a coarse clock; the per-message shape, one request's messages stamped
     with its time) are told apart by when their sender's SDK took each (observed time): a
     batching exporter sends them in chunks that a concurrent one delivers in any order, so
-    the order received is the sender's only within one request. Where both times tie too,
-    the order received stands: within a request that is the sender's own; across requests
-    nothing the sender sent says which came first. A record whose time is unknown (0:
-    neither time nor observed time) keeps its place right after the one received before it
-    (first when none was), never sorted before every timed record as if sent in 1970."""
+    the order received is the sender's only within one request. Where both times tie, the
+    order received stands: within a request that is the sender's own; across requests
+    nothing the sender sent says which came first. An observed time of 0 is unknown (OTLP
+    logs.proto), as it is for every span event: such an event goes after those received
+    before it at its time (it takes the latest observed time among them; first when none
+    was), never before every record of that time as if observed in 1970, and never moves
+    the others. A record whose time is unknown (0: neither time nor observed time) keeps
+    its place right after the one received before it (first when none was)."""
     keyed: list[tuple[int, int, int, LogEvent]] = []
     last = (-1, -1)
+    latest: dict[int, int] = {}  # time -> the latest observed time received at it
     for i, event in enumerate(events):
-        if event.time_unix_nano:
-            last = (event.time_unix_nano, event.observed_time_unix_nano)
+        t, known = event.time_unix_nano, event.observed_time_unix_nano
+        if t:
+            seen = latest.get(t, -1)
+            if known:
+                latest[t] = max(seen, known)
+            last = (t, known or seen)
         keyed.append((*last, i, event))
     keyed.sort(key=lambda k: k[:3])
     return [k[3] for k in keyed]
