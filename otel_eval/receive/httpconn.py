@@ -17,6 +17,9 @@ with ``http.server`` and answers through the listener's handler and error words
   each is counted with a reason through the listener's ``closed`` (``CLOSE_REASONS``) and
   logged at debug, never a traceback; an idle keep-alive connection timing out is no event;
   a request refused before its handler is counted too (``refused``: ``REFUSE_REASONS``);
+- **empty lines before a request line are dropped** (RFC 9112 2.2: a client may end a POST's
+  body with a CRLF its length does not count), at most ``EMPTY_LINES``, within the head's
+  deadline and limit; a line of blanks, or one empty line more, is a 400;
 - a reserved connection serves only the reserved paths (any other is a 503), one request;
 - a bug in a handler answers 500 (logged with its traceback), and a request whose body was
   not read to its end closes the connection (its bytes must not be parsed as a request), as
@@ -89,6 +92,12 @@ _REFUSALS = {400: "bad_request_line", 414: "bad_request_line", 431: "header_too_
 # How long a connection closed with its request unread keeps reading (and dropping) what the
 # client still sends, seconds (Go waits 0.5 s, nginx up to 30 s). Bounded in time; nothing is kept.
 LINGER_S = 2.0
+# Empty lines dropped before a request line (RFC 9112 2.2: "SHOULD ignore at least one"; a
+# client may end a POST's body with a CRLF its Content-Length does not count), at most this
+# many, as Apache httpd's DEFAULT_LIMIT_BLANK_LINES: one more is a 400. Bounded in bytes and
+# time too, as the head they precede (``max_header_bytes``, ``read_header_timeout_s``).
+EMPTY_LINES = 10
+_EMPTY = (b"\r\n", b"\n")
 # Headers of every answer a handler does not set itself (lowercase name -> (name, value)).
 _EVERY_ANSWER = {"x-content-type-options": ("X-Content-Type-Options", "nosniff"),
                  "cache-control": ("Cache-Control", "no-store")}
@@ -251,7 +260,7 @@ class Connection(BaseHTTPRequestHandler):
             self.send_error(400, "a TLS client at a plain-text port: use http://",
                             reason="tls_client")
             return
-        line = self.rfile.readline(65537)
+        line = self._request_line()
         if not line:  # closed between requests (or a TCP probe): nothing to answer
             self.close_connection = True
             return
@@ -259,6 +268,10 @@ class Connection(BaseHTTPRequestHandler):
             self.send_error(414, "request line too long")
             return
         self.raw_requestline = line
+        if not line.split():  # http.server closes on it without a word
+            self.send_error(400, "empty request line" if line in _EMPTY else
+                            f"bad request line {quoted(str(line, 'iso-8859-1'))}")
+            return
         if len(line.split()) == 2:
             # no version: HTTP/0.9, which sends no headers (http.server waited for some, then
             # served it as 0.9); refused at once, as Go's net/http refuses it
@@ -278,6 +291,15 @@ class Connection(BaseHTTPRequestHandler):
                             reason="unsupported_transfer_encoding")
             return
         self._dispatch()
+
+    def _request_line(self) -> bytes:
+        """The request line, past up to ``EMPTY_LINES`` empty lines (RFC 9112 2.2): they are
+        read under the head's deadline, which began at the first, and count in its limit."""
+        for _ in range(EMPTY_LINES):
+            line = self.rfile.readline(65537)
+            if line not in _EMPTY:
+                return line
+        return self.rfile.readline(65537)
 
     def _dispatch(self) -> None:
         srv = self.server

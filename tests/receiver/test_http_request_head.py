@@ -1,0 +1,152 @@
+"""The request head as RFC 9112 has it, over raw loopback sockets to the shared HTTP server
+(``httpconn``) with an injected clock: what is dropped before a request line (2.2), and what
+is answered 400 and counted ``bad_request_line`` rather than read some other way than a
+front end reads it (a request line, field lines: 3, 5)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from otel_eval.receive.config import HttpLimits
+from otel_eval.receive.httpconn import EMPTY_LINES
+from otel_eval.receive.httpmessage import Request, Response
+from otel_eval.receive.httpserver import HttpServer
+
+LIMITS = HttpLimits(read_header_timeout_s=10.0, read_timeout_s=60.0, idle_timeout_s=120.0,
+                    max_header_bytes=4096)
+GET = b"GET /last HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+
+
+class _Counts:
+    """What the server counted: connections closed and requests refused, by reason."""
+
+    def __init__(self) -> None:
+        self.closed: list[str] = []
+        self.refused: list[str] = []
+
+
+def _echo(req: Request) -> Response:
+    """Answers with the request's path and its body (read whole)."""
+    body = req.body(1000) if req.header("Content-Length") else b""
+    return Response(200, b"%s %s" % (req.path.encode(), body), "text/plain")
+
+
+@contextmanager
+def _server(counts: _Counts, clock: Callable[[], float] = lambda: 0.0,
+            handler: Callable[[Request], Response] = _echo) -> Iterator[int]:
+    server = HttpServer("127.0.0.1:0", handler, name="test", limits=LIMITS, clock=clock,
+                        on_close=counts.closed.append, on_refuse=counts.refused.append)
+    server.start()
+    try:
+        yield server.port
+    finally:
+        server.shutdown(1.0)
+
+
+def _exchange(port: int, sent: bytes, *, half_close: bool = False) -> list[tuple[bytes, bytes]]:
+    """Send ``sent`` on one connection (then close its sending half); every answer's status
+    line and body, to the close."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(sent)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
+        return _answers(s)
+
+
+def _answers(s: socket.socket, most: int = -1) -> list[tuple[bytes, bytes]]:
+    """Every answer's status line and body, to the close (or the first ``most``)."""
+    data = b""
+    answers: list[tuple[bytes, bytes]] = []
+    while len(answers) != most:
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        if sep:
+            length = int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+            if len(rest) >= length:
+                answers.append((head.split(b"\r\n", 1)[0], rest[:length]))
+                data = rest[length:]
+                continue
+        with contextlib.suppress(ConnectionResetError):  # closed with bytes of ours unread
+            if piece := s.recv(65536):
+                data += piece
+                continue
+        assert not data, data
+        break
+    return answers
+
+
+def _post(path: str, body: bytes) -> bytes:
+    return b"POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n%s" % (
+        path.encode(), len(body), body)
+
+
+@pytest.mark.parametrize("empty", [b"\r\n", b"\n", b"\r\n" * EMPTY_LINES],
+                         ids=["crlf", "lf", "as-many-as-skipped"])
+def test_empty_lines_after_a_posts_body_are_dropped(empty: bytes) -> None:
+    """A client that ends a POST's body with a CRLF its Content-Length does not count: the
+    next request on the connection is answered (it was dropped, the connection closed)."""
+    counts = _Counts()
+    with _server(counts) as port:
+        answers = _exchange(port, _post("/first", b"{}") + empty + GET)
+    assert answers == [(b"HTTP/1.1 200 OK", b"/first {}"), (b"HTTP/1.1 200 OK", b"/last ")]
+    assert counts.closed == counts.refused == []
+
+
+def test_an_empty_line_before_the_first_request_is_dropped() -> None:
+    counts = _Counts()
+    with _server(counts) as port:
+        assert _exchange(port, b"\r\n" + GET) == [(b"HTTP/1.1 200 OK", b"/last ")]
+        assert _exchange(port, b"\r\n", half_close=True) == []  # nothing to answer
+
+
+@pytest.mark.parametrize("line", [b"\r\n", b" \r\n", b"\t\r\n"],
+                         ids=["empty", "space", "tab"])
+def test_a_request_line_past_the_empty_lines_skipped_is_a_400(line: bytes) -> None:
+    """One empty line more than are skipped, or a line of blanks: a 400 (http.server closed
+    the connection without a word, and without a count)."""
+    counts = _Counts()
+    with _server(counts) as port:
+        answers = _exchange(port, b"\r\n" * EMPTY_LINES + line + GET)
+    assert [status for status, _ in answers] == [b"HTTP/1.1 400 Bad Request"]
+    assert counts.refused == ["bad_request_line"]
+
+
+def test_empty_lines_count_in_the_head_limit() -> None:
+    head = b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nX-Pad: "
+    head += b"a" * (LIMITS.max_header_bytes - len(head) - 4) + b"\r\n\r\n"
+    assert len(head) == LIMITS.max_header_bytes
+    counts = _Counts()
+    with _server(counts) as port:
+        assert [s for s, _ in _exchange(port, head)] == [b"HTTP/1.1 200 OK"]
+        assert [s for s, _ in _exchange(port, b"\n" + head)] == [
+            b"HTTP/1.1 431 Request Header Fields Too Large"]
+    assert counts.closed == ["header_too_large"]
+
+
+def test_empty_lines_are_read_under_the_heads_deadline() -> None:
+    """A client trickling empty lines is cut at the deadline of the head they precede, which
+    began with the first of them: after the first request each reading of the clock takes
+    6 s, and the second's line comes after an empty line read with the first (10 s a head)."""
+    now, step = [0.0], [0.0]
+    counts = _Counts()
+
+    def clock() -> float:
+        now[0] += step[0]
+        return now[0]
+
+    def handler(req: Request) -> Response:
+        step[0] = 6.0
+        return _echo(req)
+
+    with _server(counts, clock, handler) as port, \
+            socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(_post("/first", b"{}") + b"\r\n")
+        assert _answers(s, most=1) == [(b"HTTP/1.1 200 OK", b"/first {}")]
+        with contextlib.suppress(ConnectionError):  # closed with bytes of ours unread
+            s.sendall(b"\r\n" + GET)
+        assert _answers(s) == []
+    assert counts.closed == ["header_timeout"]
