@@ -5,8 +5,8 @@
 
 A ``Connection`` runs on its own thread, from the slot the listener gave it (``httpslots``)
 to its close; it reads through ``httpstream`` (each read under its phase's deadline), parses
-with ``http.server`` and answers through the listener's handler and error words
-(``httpmessage``). It promises:
+with ``http.server`` (its field lines checked first: ``httphead``) and answers through the
+listener's handler and error words (``httpmessage``). It promises:
 - **deadlines per phase, not per read**: the TLS handshake, request line and headers must
   arrive within ``read_header_timeout_s`` (from accept, or from the first byte of a keep-alive
   request), the whole request within ``read_timeout_s``, the answer be taken within
@@ -70,6 +70,7 @@ from otel_eval.decode.body import (
     read_body,
 )
 from otel_eval.receive.config import HttpLimits
+from otel_eval.receive.httphead import BadHead, FieldLines
 from otel_eval.receive.httpmessage import ErrorBody, Handler, Request, Response
 from otel_eval.receive.httpslots import Hold
 from otel_eval.receive.httpstream import (
@@ -278,7 +279,15 @@ class Connection(BaseHTTPRequestHandler):
             self.requestline = str(line, "iso-8859-1").rstrip("\r\n")
             self.send_error(400, f"bad request line {quoted(self.requestline)}: no HTTP version")
             return
-        if not self.parse_request():  # answered (400, 431, 505...)
+        self.rfile = FieldLines(self.buffered)  # type: ignore[assignment]  # http.server
+        try:  # reads the field lines through it: each is checked first (``httphead``)
+            parsed = self.parse_request()
+        except BadHead as e:
+            self.send_error(400, str(e))
+            return
+        finally:
+            self.rfile = self.buffered
+        if not parsed:  # answered (400, 431, 505...)
             return
         if self.rfile.tell() - head_at > self.server.limits.max_header_bytes:
             raise HeaderTooLarge()  # what was read ahead past the head is not counted

@@ -150,3 +150,37 @@ def test_empty_lines_are_read_under_the_heads_deadline() -> None:
             s.sendall(b"\r\n" + GET)
         assert _answers(s) == []
     assert counts.closed == ["header_timeout"]
+
+
+HEAD = b"GET /last HTTP/1.1\r\nHost: localhost\r\n"
+
+
+@pytest.mark.parametrize("line", [b"Content-Length : 5", b"Content-Length\t: 5", b": 5",
+                                  b"Content-Length 5", b"Cont\x85ent-Length: 5"],
+                         ids=["space-before-colon", "tab-before-colon", "no-name",
+                              "no-colon", "not-a-token"])
+def test_a_field_line_that_is_not_name_colon_value_is_a_400(line: bytes) -> None:
+    """RFC 9112 5.1: whitespace between a field name and its colon MUST be a 400. http.server
+    took such a line for the start of a body and dropped it and every field after it: the
+    length was not read, and the body ("hello") was answered as a request."""
+    counts = _Counts()
+    with _server(counts) as port:
+        answers = _exchange(port, HEAD + line + b"\r\nX-After: 1\r\n\r\nhello" + GET)
+    assert [status for status, _ in answers] == [b"HTTP/1.1 400 Bad Request"], answers
+    assert b"bad header field line" in answers[0][1]
+    assert counts.refused == ["bad_request_line"]
+
+
+@pytest.mark.parametrize("lines", [b"X-A: 1\r\n 2\r\n", b"X-A: 1\r\n\t2\r\n",
+                                   b" X-A: 1\r\n"],
+                         ids=["space-fold", "tab-fold", "blank-before-the-first-field"])
+def test_obsolete_line_folding_is_a_400_that_says_so(lines: bytes) -> None:
+    """RFC 9112 5.2: obs-fold is a 400 (preferably saying so) or read as a space; http.server
+    kept its CRLF in the value, and dropped a first field that began with a blank (2.2)."""
+    counts = _Counts()
+    with _server(counts) as port:
+        head = b"GET /last HTTP/1.1\r\n" + lines + b"Host: localhost\r\n\r\n"
+        answers = _exchange(port, head + GET)
+    assert [status for status, _ in answers] == [b"HTTP/1.1 400 Bad Request"], answers
+    assert b"obsolete line folding" in answers[0][1]
+    assert counts.refused == ["bad_request_line"]
