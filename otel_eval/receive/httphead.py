@@ -13,7 +13,9 @@ reads them through: a line that is not ``name: value`` is a 400 first (``BadHead
 9112 5.1 has it ("MUST respond with 400" to whitespace between a field name and its colon)
 and 5.2 allows for obs-fold (a 400, "preferably" saying it is obs-fold; the other way, its
 CRLF replaced by a space, reads a value its sender's front end may have read otherwise), as
-Go's net/http answers both ("malformed MIME header line").
+Go's net/http answers both ("malformed MIME header line"). The email parser also ends a line
+at a bare CR (``X: a<CR>Transfer-Encoding: chunked`` was two fields) and keeps a NUL: both
+are a 400 too (RFC 9112 2.2, RFC 9110 5.5: "MUST either reject the message or replace").
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ def _check(line: bytes) -> None:
     if not _FIELD_NAME.match(line):
         raise BadHead(f"bad header field line {_text(line)}: expected a name (a token) and "
                       "a colon")
+    if b"\r" in line.removesuffix(b"\n").removesuffix(b"\r") or b"\0" in line:
+        raise BadHead(f"bad header field line {_text(line)}: a CR inside it (a line ends "
+                      "with CRLF or LF) or a NUL")
 
 
 def _text(line: bytes) -> str:

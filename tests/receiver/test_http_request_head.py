@@ -184,3 +184,17 @@ def test_obsolete_line_folding_is_a_400_that_says_so(lines: bytes) -> None:
     assert [status for status, _ in answers] == [b"HTTP/1.1 400 Bad Request"], answers
     assert b"obsolete line folding" in answers[0][1]
     assert counts.refused == ["bad_request_line"]
+
+
+@pytest.mark.parametrize("line", [b"X-A: a\rConnection: close", b"X-A: a\r\r", b"X-A: a\x00b"],
+                         ids=["cr-then-a-field", "cr-before-crlf", "nul"])
+def test_a_bare_cr_or_a_nul_in_a_field_line_is_a_400(line: bytes) -> None:
+    """RFC 9112 2.2, RFC 9110 5.5: a bare CR (not before the line's LF) or a NUL in a field
+    MUST be refused or read as a space; http.server's email parser ended the line at the CR
+    (here a Connection: close no front end saw, which cut the keep-alive)."""
+    counts = _Counts()
+    with _server(counts) as port:
+        answers = _exchange(port, HEAD + line + b"\r\n\r\n" + GET)
+    assert [status for status, _ in answers] == [b"HTTP/1.1 400 Bad Request"], answers
+    assert b"a CR inside it" in answers[0][1]
+    assert counts.refused == ["bad_request_line"]
