@@ -5,7 +5,7 @@
 
 A ``Connection`` runs on its own thread, from the slot the listener gave it (``httpslots``)
 to its close; it reads through ``httpstream`` (each read under its phase's deadline), parses
-with ``http.server`` (its field lines checked first: ``httphead``) and answers through the
+with ``http.server`` (its head checked first: ``httphead``) and answers through the
 listener's handler and error words (``httpmessage``). It promises:
 - **deadlines per phase, not per read**: the TLS handshake, request line and headers must
   arrive within ``read_header_timeout_s`` (from accept, or from the first byte of a keep-alive
@@ -70,7 +70,7 @@ from otel_eval.decode.body import (
     read_body,
 )
 from otel_eval.receive.config import HttpLimits
-from otel_eval.receive.httphead import BadHead, FieldLines
+from otel_eval.receive.httphead import BadHead, FieldLines, check_request_line
 from otel_eval.receive.httpmessage import ErrorBody, Handler, Request, Response
 from otel_eval.receive.httpslots import Hold
 from otel_eval.receive.httpstream import (
@@ -269,10 +269,6 @@ class Connection(BaseHTTPRequestHandler):
             self.send_error(414, "request line too long")
             return
         self.raw_requestline = line
-        if not line.split():  # http.server closes on it without a word
-            self.send_error(400, "empty request line" if line in _EMPTY else
-                            f"bad request line {quoted(str(line, 'iso-8859-1'))}")
-            return
         if len(line.split()) == 2:
             # no version: HTTP/0.9, which sends no headers (http.server waited for some, then
             # served it as 0.9); refused at once, as Go's net/http refuses it
@@ -281,6 +277,7 @@ class Connection(BaseHTTPRequestHandler):
             return
         self.rfile = FieldLines(self.buffered)  # type: ignore[assignment]  # http.server
         try:  # reads the field lines through it: each is checked first (``httphead``)
+            check_request_line(line)  # http.server closed on a blank one without a word
             parsed = self.parse_request()
         except BadHead as e:
             self.send_error(400, str(e))

@@ -198,3 +198,30 @@ def test_a_bare_cr_or_a_nul_in_a_field_line_is_a_400(line: bytes) -> None:
     assert [status for status, _ in answers] == [b"HTTP/1.1 400 Bad Request"], answers
     assert b"a CR inside it" in answers[0][1]
     assert counts.refused == ["bad_request_line"]
+
+
+@pytest.mark.parametrize("line", [b"GET  /last HTTP/1.1", b"GET /last  HTTP/1.1",
+                                  b"GET\t/last\tHTTP/1.1", b" GET /last HTTP/1.1",
+                                  b"GET /last HTTP/1.1 ", b"GET\xa0/last\xa0HTTP/1.1",
+                                  b"GET /last\rHTTP/1.1", b"G(T /last HTTP/1.1"],
+                         ids=["two-spaces", "two-spaces-before-version", "tabs",
+                              "leading-space", "trailing-space", "nbsp", "bare-cr",
+                              "method-not-a-token"])
+def test_a_request_line_not_one_space_between_its_words_is_a_400(line: bytes) -> None:
+    """RFC 9112 3: method SP request-target SP HTTP-version. http.server split it on any
+    whitespace, Unicode's too (U+00A0, U+0085, U+001C..U+001F of the ISO-8859-1 text): read
+    as a request where a front end reads another or none (3: lenient parsing "can result in
+    request smuggling"). One space each, as Go's net/http and h11 read it."""
+    counts = _Counts()
+    with _server(counts) as port:
+        answers = _exchange(port, line + b"\r\nHost: localhost\r\n\r\n" + GET)
+    assert [status for status, _ in answers] == [b"HTTP/1.1 400 Bad Request"], answers
+    assert counts.refused == ["bad_request_line"]
+
+
+def test_a_request_line_ended_by_a_lone_lf_is_read() -> None:
+    """RFC 9112 2.2: a recipient MAY read a lone LF as a line's end: kept."""
+    counts = _Counts()
+    with _server(counts) as port:
+        answers = _exchange(port, b"GET /first HTTP/1.1\nHost: localhost\n\n" + GET)
+    assert answers == [(b"HTTP/1.1 200 OK", b"/first "), (b"HTTP/1.1 200 OK", b"/last ")]
