@@ -343,12 +343,15 @@ def test_a_proxys_idle_keep_alive_connections_give_way_to_its_new_one() -> None:
     request = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
     try:
         pool = [connect(srv.port, "127.0.0.2") for _ in range(2)]
-        for s in pool:  # each makes its request and is kept alive, idle
+        for s in pool:  # each makes its request and is kept alive, idle, in this order
             s.sendall(request)
             assert _one_answer(s).startswith(b"HTTP/1.1 200 ")
-        poll(lambda: all(h.reader is not None and h.reader.phase == "idle"
-                         for h in srv.slots._general), "both idle", timeout_s=10,
-             interval_s=0.01)
+            # its thread marks it idle after the answer is out: wait, or the second could
+            # be idle first (a busy machine) and be the one that gives way
+            poll(lambda s=s: any(h.sock.getpeername() == s.getsockname()
+                                 and h.reader is not None and h.reader.phase == "idle"
+                                 for h in srv.slots._general), "idle", timeout_s=10,
+                 interval_s=0.01)
         assert get(srv.port, peer="127.0.0.2").startswith(b"HTTP/1.1 200 ")
         assert answer(pool[0]) == b""  # the oldest idle one was closed for it
         pool[1].sendall(request)  # the other is still served
