@@ -148,3 +148,26 @@ def test_eval_with_a_bad_model_stops_before_any_output(tau_slice: Path,
     done = otel_eval("eval", str(tau_slice), "--model", str(bad), "--format", "jsonl")
     assert done.returncode == 2 and done.stdout == ""
     assert f"prediction.model_path: model file {bad}: features_version" in done.stderr
+
+
+def test_the_counts_score_is_the_sum_of_each_standardized_feature() -> None:
+    """``Model.score`` computes each feature's standardized value inline (no call a feature):
+    the same floats as ``_standardized`` gives, summed in the same order, for values inside
+    and past the clip, absent features, and each agent's own scaler."""
+    import random
+
+    from otel_eval.evaluate.predict.config import DEFAULT_MODEL_FILE
+
+    model = load_model(DEFAULT_MODEL_FILE)
+    assert model.clip is not None
+    rnd = random.Random(34)
+    for agent in ["", "unknown-agent", *model.agent_scalers]:
+        rows = model._by_agent.get(agent, model._rows)
+        for _ in range(20):
+            values = {name: rnd.choice([0.0, m, m + s * rnd.uniform(-9, 9), 1e300, -1e300])
+                      for name, _, m, s, _ in rows if rnd.random() < 0.8}
+            z = model.intercept
+            for name, absent, m, s, w in rows:
+                z += absent if name not in values else w * model._standardized(values[name],
+                                                                               m, s)
+            assert model.score(values, agent) == z

@@ -146,18 +146,24 @@ class Model:
 
     def score(self, values: dict[str, float], agent: str = "") -> float:
         """The counts' linear score (before calibration), standardized as the agent's runs
-        are (its own scaler when the model knows it)."""
+        are (its own scaler when the model knows it). ``_standardized`` inlined: ~50 features
+        a run, a Python call each was a fifth of the predictor's calls (tests/cost)."""
         z = self.intercept
         get = values.get
+        clip = self.clip
         for name, absent, m, s, w in self._by_agent.get(agent, self._rows):
             value = get(name)
             if value is None:
                 z += absent
                 continue
-            z += w * self._standardized(value, m, s)
+            v = (value - m) / s
+            if clip is not None:
+                v = -clip if v < -clip else clip if v > clip else v
+            z += w * v
         return z
 
     def _standardized(self, value: float, m: float, s: float) -> float:
+        """(value - mean) / scale, clipped to +-clip: as ``score`` computes it inline."""
         v = (value - m) / s
         clip = self.clip
         if clip is not None:
