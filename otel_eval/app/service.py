@@ -160,7 +160,8 @@ class Service:
         needs_loop = config.judge.active or config.kafka.enabled
         self.loop = LoopThread() if needs_loop else None  # started first, stopped last
         deps = Deps(self.metrics, self.registry, self.store, config.store.path,
-                    config.store.target, self.loop, store_session=config.store.session)
+                    config.store.target, self.loop, store_session=config.store.session,
+                    clock=clock)
         self.sinks = [] if self.front_end else build_sinks(config, deps)
         # a front end on the fleet's store records outcomes there (POST /v1/feedback): the
         # verdicts they re-judge go to the results topic from it (the workers publish the rest)

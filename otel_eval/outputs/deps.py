@@ -10,6 +10,8 @@ import it downward.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -61,3 +63,6 @@ class Deps:
     # store.session: the limits of every PostgreSQL session (the issues catalogue's too);
     # None: the defaults
     store_session: SessionLimits | None = None
+    # the service's one monotonic time (``Service(clock=...)``, seconds), for the parts that
+    # time themselves on it (the judge stage: its queue, its judge's budget and rate limits)
+    clock: Callable[[], float] = time.monotonic

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 from judge_fake_llm import FakeLLM, error, good
-from judge_fixtures import config
+from judge_fixtures import config, judged_service
 from prometheus_client import CollectorRegistry
 from support.clock import ManualClock
 
+from otel_eval.app.service import Service
 from otel_eval.base.aio import LoopThread
 from otel_eval.evaluate.judge.client import FAILURE_LOG_INTERVAL_S
 from otel_eval.evaluate.judge.config import JudgeConfig
@@ -77,3 +78,25 @@ def test_the_stage_clock_times_its_judges_failed_call_lines(
         "judge trace call: error")]
     assert len(lines) == 2, lines
     assert lines[1].endswith("(1 more failed judge calls not logged since the last)"), lines
+
+
+def test_the_services_clock_is_its_judge_stages(tmp_path: Path, llm: FakeLLM,
+                                                 clock: ManualClock) -> None:
+    # ``Service(clock=...)`` reached the engine and the metrics, not the judge stage: the
+    # stage and its judge went by ``time.monotonic`` whatever clock the service was given
+    llm.script(good({"critique": "fine", "score": 0.5}))  # 1,000 prompt tokens: over 1e-6
+    with judged_service(tmp_path, llm.api_base, clock=clock,
+                        **{"judge.max_cost_usd_per_hour": 1e-6}) as svc:
+        stage = _judge_stage(svc)
+        assert stage.judge is not None
+        got = stage.ask(REQUEST)
+        assert got is not None and got.status == "ok" and got.cost_usd, got
+        assert stage.judge.over_budget()
+        clock.advance(CostBudget.WINDOW_S)  # an hour on the service's clock: spent no more
+        assert not stage.judge.over_budget()
+
+
+def _judge_stage(svc: Service) -> JudgeStage:
+    stages = [s for s in svc.sinks if isinstance(s, JudgeStage)]
+    assert len(stages) == 1, svc.sinks
+    return stages[0]

@@ -72,11 +72,12 @@ def build(config: JudgeConfig, deps: Deps,
           trajectory: TrajectoryConfig | None = None) -> SinkComponent | None:
     """The judge stage on the service's loop, first of the sinks (it drains before the events
     sink it writes to is flushed); None without a judge model. ``trajectory``: the bounds of
-    a stored result (each judgement is cut to fit them)."""
+    a stored result (each judgement is cut to fit them). The stage, its queue and its judge go
+    by the service's clock (``deps.clock``)."""
     if not config.active or deps.loop is None:
         return None
     from otel_eval.evaluate.judge.stage import JudgeStage  # litellm: only with a judge
 
     return JudgeStage(config, deps.loop, deps.store, deps.metrics, deps.events,
                       cache_path=deps.store_path, trajectory=trajectory,
-                      results=deps.results)
+                      results=deps.results, clock=deps.clock)
