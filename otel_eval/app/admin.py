@@ -272,8 +272,7 @@ class _Routes:
         if (refused := no_params(req.query)) is not None:
             return refused
         issues = self.api.issues()
-        return _json(200, issues) if issues is not None else _error(
-            404, "issue clustering is not enabled (issues.interval_s)")
+        return _json(200, issues) if issues is not None else _error(404, NoRun.OFF)
 
     def issue_runs(self, req: Request, found: re.Match[str]) -> Response:
         issue_id = found.group(1)
@@ -284,7 +283,7 @@ class _Routes:
             return _error(400, str(e), parameter=e.param)
         except RunsGone as e:  # its pages cannot go on: never a page of another list
             return _error(410, f"cursor: {e}", parameter="cursor", generated_at=e.latest)
-        except NoRun as e:  # none yet, or a follower of the fleet's issues job: say which
+        except NoRun as e:  # none yet, the job off or a follower of the fleet's: say which
             return _error(404, str(e))
         return _json(200, page) if page is not None else _error(
             404, f"no issue {quoted(issue_id)} in {at.paged()}")

@@ -82,6 +82,7 @@ from otel_eval.outputs import kafka as results
 from otel_eval.outputs.deps import Deps, JudgedResults
 from otel_eval.outputs.issues import job as issues_job
 from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.runs import no_runs
 from otel_eval.outputs.issues.synthesis import REPLY_SCHEMA, check_reply
 from otel_eval.receive import kafka as kafka_front
 from otel_eval.receive.decoding import DecodeBudget
@@ -261,8 +262,7 @@ class Service:
                            and not self.engine.durability.refusing() and self.healthy),
             unready=self._unready,
             issues=self.issues.latest_json if self.issues is not None else lambda: None,
-            issue_runs=(self.issues.runs if self.issues is not None
-                        else lambda _i, _a: None),
+            issue_runs=self.issues.runs if self.issues is not None else no_runs,
             run_issues=self.issues.of_run if self.issues is not None else lambda _t: [],
             calibration=self.calibration,
             refused=self.metrics.ingest.request_refused,

@@ -110,15 +110,23 @@ class RunsGone(Exception):
 
 
 class NoRun(Exception):
-    """No clustering run to page on this process: none yet, or another worker of the fleet
-    runs the issues job (the runs lists are its memory, not the store's: store.md); the
-    message says which. Not a cursor's answer: that is ``RunsGone``."""
+    """No clustering run to page on this process: none yet, the issues job off, or another
+    worker of the fleet runs it (the runs lists are its memory, not the store's: store.md);
+    the message says which. Not a cursor's answer: that is ``RunsGone``."""
 
     NOT_YET = ("no clustering run yet: the issues job runs at start, then every "
                "issues.interval_s")
     FOLLOWING = ("no clustering run on this worker: another worker of the fleet runs the "
                  "issues job (it holds the catalogue's lock) and serves the issues and "
                  "their runs")
+    # as GET /v1/issues says it (the same words for the issues and their runs)
+    OFF = "issue clustering is not enabled (issues.interval_s)"
+
+
+def no_runs(_issue_id: str, _at: RunsAt) -> dict[str, Any] | None:
+    """The runs of an issue where the issues job is off (``issues.interval_s: 0``): none, and
+    not for want of the issue (``NoRun.OFF``)."""
+    raise NoRun(NoRun.OFF)
 
 
 def run_ns(result: IssuesResult) -> int:
