@@ -12,7 +12,7 @@ trailing slash says so: ``/healthz/*``); its groups are the path's parameters, h
 handler with the match. ``miss`` words the answer to a path or method no route serves (404,
 405 with ``Allow``: ``allowed`` names the methods a path is served for), as the server it
 belongs to does. The admin endpoint serves the admin API
-and the web view from one table (``app.admin``).
+and the web view from one table (``app.admin_routes``).
 """
 
 from __future__ import annotations
