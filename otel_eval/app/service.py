@@ -366,8 +366,6 @@ class Service:
             lc.add("spool", Step(start=self._open_spool, shutdown=lambda _d: spool.close()))
         if self.loop is not None:
             lc.add("event loop", self.loop)
-        if self.evaluator.predictor is not None and not self.front_end:  # the stored outcomes
-            lc.add("rolling auc", Step(start=self._feedback.restore))  # before any new one
         lc.add("admin api", Step(start=lambda: setattr(self, "_opened", True),
                                  shutdown=lambda _d: setattr(self, "_opened", False)))
         # Stopped after the engine, the consumer and the sinks: an issues run in progress

@@ -10,10 +10,6 @@
                verdict re-judged (read back and handed over under ``published.ordered()``),
                to the Kafka results topic (``outputs.kafka``), the last record of its key
 
-At start (``restore``), before the admin API answers: the newest outcomes the store holds
-(``store.labelled``, one query along the feedback time index), of the serving model's
-predictions, rebuild the rolling AUC's windows, so a restart does not empty the gauge.
-
 That record is owed in the store (``results_owed``, migration 21) from before the verdict's
 write until Kafka delivered it (or dropped it for good, counted): the publisher's queue is
 memory, so a kill -9 after the 200 and before the delivery would lose the re-judged verdict
@@ -51,10 +47,6 @@ log = logging.getLogger(__name__)
 FEEDBACK_ATTEMPTS = 5
 # Seconds between two lines of a store that cannot clear delivered records' debts.
 PAID_LOG_INTERVAL_S = 10.0
-# Outcomes read at start to rebuild the rolling AUC (the newest; at least auc_window), as
-# many as the calibration report reads: 0.4 s for 10,000 runs of 5 kB bodies in SQLite, where
-# a cut per (service, agent) in SQL looks up the pair of every outcome kept (26 s for 1M)
-RESTORED_OUTCOMES = 10_000
 
 
 class Feedback:
@@ -168,23 +160,6 @@ class Feedback:
         for trace_id, owed_at_ns in owed:
             self._publish(trace_id, owed_at_ns)
         return len(owed)
-
-    def restore(self) -> None:
-        """The predictor's rolling AUC windows rebuilt from the newest outcomes the store
-        holds, of the serving model's predictions only (as ``record`` feeds them); each
-        pair's window keeps its newest ``auc_window`` (``PredictionMetrics.restore``). A
-        failed read leaves them empty (filled by the outcomes to come, as before)."""
-        if self.evaluator.predictor is None:
-            return
-        limit = max(RESTORED_OUTCOMES, self.metrics.auc_window)
-        try:
-            runs = [(body, outcome) for outcome, body in self.store.labelled(limit)
-                    if self._serving_model(body)]
-            self.metrics.restore(runs)
-        except Exception as e:  # a metric's history: never a reason not to serve
-            log.error("rebuilding the rolling AUC from the store failed: %s", type(e).__name__)
-            return
-        log.info("rolling AUC: %d stored outcomes of the serving model restored", len(runs))
 
     def close(self) -> None:
         """Pay the debts of the records delivered so far (the store still open)."""

@@ -262,10 +262,10 @@ class EvaluationStore(Protocol):
     def labelled(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
         """(outcome, the parts of the stored evaluation calibration reads) of the ``limit``
         traces whose outcome was recorded last (``POST /v1/feedback``), newest first: what
-        ``calibration`` checks the judge and the predictor against, and what ``serve``'s
-        rolling AUC starts from. The parts are shaped as in the body: ``trace_id``,
-        ``service``, ``agent``, ``judge.judges.<name>.scores`` and ``prediction.p_success``
-        with its ``model`` (only when the body has it); the rest is not read (``LABELLED_*``)."""
+        ``calibration`` checks the judge and the predictor against. The parts are shaped as in
+        the body: ``service``, ``agent``, ``judge.judges.<name>.scores`` and
+        ``prediction.p_success`` with its ``model`` (only when the body has it); the rest of
+        the body is not read (``filters.LABELLED_*``)."""
         ...
 
     def content_digests(self, trace_ids: Collection[str]) -> dict[str, str]:

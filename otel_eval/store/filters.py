@@ -171,13 +171,13 @@ def conditions(q: EvaluationQuery, d: Dialect) -> tuple[list[str], list[Any]]:
 # p_success, as JSON text (a stored body is up to max_result_bytes: reading whole ones held
 # the SQLite writer's lock for seconds and took ~100 kB of memory per run). The newest
 # ``limit`` rows are picked first, so the body of no other row is read.
-_LABELLED_NEWEST = ("SELECT f.trace_id, f.outcome, f.received_at_ns, e.service, e.agent, e.body "
+_LABELLED_NEWEST = ("SELECT f.outcome, f.received_at_ns, e.service, e.agent, e.body "
                     "FROM feedback f JOIN evaluations e ON e.trace_id = f.trace_id "
                     "ORDER BY f.received_at_ns DESC LIMIT {m}")
 # json_extract and json_each, not ->, which SQLite has only since 3.38 (Debian 11 ships 3.34);
 # an object json_extract returns keeps its numbers as written
 LABELLED_SQLITE = (
-    "SELECT r.trace_id, r.outcome, r.service, r.agent, "
+    "SELECT r.outcome, r.service, r.agent, "
     "(SELECT json_group_object(j.key, CASE j.type WHEN 'object' "
     "THEN json_extract(j.value, '$.scores') END)"
     " FROM json_each(r.body, '$.judge.judges') AS j"
@@ -187,7 +187,7 @@ LABELLED_SQLITE = (
     f"FROM ({_LABELLED_NEWEST.format(m='?')}) AS r ORDER BY r.received_at_ns DESC")
 # body is TEXT (see migrations): cast to json once per row picked
 LABELLED_POSTGRESQL = (
-    "SELECT r.trace_id, r.outcome, r.service, r.agent, "
+    "SELECT r.outcome, r.service, r.agent, "
     "(SELECT json_object_agg(j.key, j.value -> 'scores') FROM json_each("
     "CASE json_typeof(b.doc -> 'judge' -> 'judges') WHEN 'object' "
     "THEN b.doc -> 'judge' -> 'judges' END) AS j)::text, "
@@ -209,15 +209,13 @@ def feedback_version(row: Sequence[Any] | None) -> tuple[int, ...]:
 
 
 def labelled_run(row: Sequence[Any]) -> tuple[str, dict[str, Any]]:
-    """(outcome, the parts of the body calibration reads) of a ``LABELLED_*`` row: trace_id,
-    service, agent, ``judge.judges.<name>.scores`` and ``prediction.p_success`` with its
-    ``model``, shaped as in the body."""
-    trace_id, outcome, service, agent, scores, prediction = row
+    """(outcome, the parts of the body calibration reads) of a ``LABELLED_*`` row: service,
+    agent, ``judge.judges.<name>.scores`` and ``prediction.p_success`` with its ``model``,
+    shaped as in the body."""
+    outcome, service, agent, scores, prediction = row
     judges = json.loads(scores) if scores is not None else None
-    scored = {name: {"scores": s} for name, s in judges.items()} \
-        if isinstance(judges, dict) else {}
-    body: dict[str, Any] = {"trace_id": str(trace_id), "service": service, "agent": agent,
-                            "judge": {"judges": scored}}
+    body: dict[str, Any] = {"service": service, "agent": agent, "judge": {"judges": {
+        name: {"scores": s} for name, s in judges.items()} if isinstance(judges, dict) else {}}}
     found = json.loads(prediction) if prediction is not None else None
     if isinstance(found, dict) and "p_success" in found:
         model = found.get("model")

@@ -5,7 +5,6 @@ so the config (which a worker process loads) does not import the metrics client.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
 from typing import Protocol
 
 # Defaults of prediction.auc_window and prediction.auc_min_per_class (PredictionConfig).
@@ -59,18 +58,6 @@ class RollingAuc:
             self._items.popitem(last=False)
         self._dirty = True
         return before is None or before[1] != success
-
-    def restore(self, runs: Iterable[tuple[str, float, bool]]) -> None:
-        """Labelled predictions from before this process (the store's), newest first, put
-        behind those the window holds: older than any label it took, they fill only the
-        places left and replace none (a trace it holds keeps its entry)."""
-        for trace_id, p, success in runs:
-            if len(self._items) >= self.window:
-                break
-            if trace_id not in self._items:
-                self._items[trace_id] = (p, success)
-                self._items.move_to_end(trace_id, last=False)
-                self._dirty = True
 
     def remove(self, trace_id: str) -> bool | None:
         """Take a trace's entry out (its evaluation was superseded under another pair); the

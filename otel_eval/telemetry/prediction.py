@@ -6,9 +6,6 @@
       -> per-(service, agent) window of the last ``auc_window`` labelled predictions
       -> rolling AUC, computed when Prometheus scrapes (absent until each class has
          ``auc_min_per_class`` runs)
-    at start, the outcomes the store holds (``Feedback.restore``: the newest, one query)
-      -> each pair's window, behind any label taken since; a pair no trace admitted yet
-         keeps its window aside until one does (its gauge is back with its first trace)
 
 Metrics (declared on the ``Metrics`` registry, agent names capped as everywhere else):
 
@@ -40,7 +37,7 @@ engine's worker, the admin server and the scrape all touch the windows).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import GaugeMetricFamily
@@ -48,7 +45,7 @@ from prometheus_client.registry import Collector
 
 from otel_eval.telemetry.auc import AUC_MIN_PER_CLASS, AUC_WINDOW, AucSettings, RollingAuc
 from otel_eval.telemetry.declare import Declarer
-from otel_eval.telemetry.labels import OTHER, SeriesCap, labels_of
+from otel_eval.telemetry.labels import OTHER, SeriesCap
 
 if TYPE_CHECKING:
     from otel_eval.base.results import Evaluation
@@ -107,10 +104,6 @@ class PredictionMetrics:
         # (service, agent) labels -> window: keyed by the agent alone, two services' agents of
         # one name shared a window (right on one, inverted on the other: 0.5 for both)
         self._windows: dict[tuple[str, str], RollingAuc] = {}
-        # labels -> (a stored name of the pair, the window ``restore`` rebuilt for it), for the
-        # pairs no trace has admitted since the start: a pair's becomes its window once one
-        # does (its first trace), never admitting one itself (the budget is the traces seen)
-        self._restored: dict[tuple[str, str], tuple[tuple[Any, Any], RollingAuc]] = {}
         self._lock = threading.Lock()
         cap.on_expired(self._forget)
         d.collector(_AucCollector(self))
@@ -139,55 +132,19 @@ class PredictionMetrics:
         prediction = body.get("prediction")
         if not isinstance(prediction, dict) or "p_success" not in prediction:
             return
-        named = body.get("service"), body.get("agent")
-        entry = str(body["trace_id"]), float(prediction["p_success"]), outcome == "success"
-        pair = self._cap.admitted(*named)
-        if pair is None:  # its restored window (if any) kept current for when it is admitted
-            with self._lock:
-                if (restored := self._restored.get(labels_of(*named))) is not None:
-                    restored[1].add(*entry)
-        self._label(pair or (OTHER, OTHER), *entry)
-
-    @property
-    def auc_window(self) -> int:
-        return self._window[0]
-
-    def restore(self, runs: Iterable[tuple[dict[str, Any], str]]) -> None:
-        """At start: labelled predictions from before (``store.labelled``: bodies with
-        trace_id, service, agent and ``prediction.p_success``, and their outcomes), newest
-        first, of the serving model only (``Feedback.restore`` picks them). Each pair's
-        window takes its newest ``auc_window`` behind what it holds; a pair not admitted
-        keeps them aside until it is. Counted in no ``labelled`` series: no new label."""
-        grouped: dict[tuple[str, str], tuple[tuple[Any, Any], list[Any]]] = {}
-        for body, outcome in runs:
-            named = body.get("service"), body.get("agent")
-            entries = grouped.setdefault(labels_of(*named), (named, []))[1]
-            entries.append((str(body["trace_id"]), float(body["prediction"]["p_success"]),
-                            outcome == "success"))
-        with self._lock:
-            for pair, (named, entries) in grouped.items():
-                if pair == (OTHER, OTHER):  # the overflow's: a window of no pair
-                    continue
-                if self._cap.admitted(*named):  # a trace of it seen already
-                    window = self._windows.setdefault(pair, self._new_window())
-                else:
-                    window = self._restored.setdefault(pair, (named, self._new_window()))[1]
-                window.restore(entries)
+        pair = self._cap.admitted(body.get("service"), body.get("agent")) or (OTHER, OTHER)
+        self._label(pair, str(body["trace_id"]), float(prediction["p_success"]),
+                    outcome == "success")
 
     def _forget(self, pairs: set[tuple[str, str]]) -> None:
         """Expired pairs' windows go with their series (their AUC gauge with them)."""
         with self._lock:
             for pair in pairs:
                 self._windows.pop(pair, None)
-                self._restored.pop(pair, None)
 
     def rolling_auc(self) -> dict[tuple[str, str], float]:
         """(service, agent) -> AUC of its window, for the pairs that have one."""
         with self._lock:
-            for pair, (named, window) in list(self._restored.items()):
-                if self._cap.admitted(*named) and pair not in self._windows:
-                    self._windows[pair] = window  # a trace of the pair seen, none labelled
-                    del self._restored[pair]
             values = {pair: w.value() for pair, w in self._windows.items()}
         return {pair: v for pair, v in values.items() if v is not None}
 
@@ -199,10 +156,8 @@ class PredictionMetrics:
             # it carries there is no new one
             moved = self._moved(pair, trace_id) if superseded else None
             window = self._windows.get(pair)
-            if window is None:  # the pair's first label: its restored window, if any
-                restored = self._restored.pop(pair, None)
-                window = self._windows[pair] = (restored[1] if restored is not None
-                                                 else self._new_window())
+            if window is None:
+                window = self._windows[pair] = RollingAuc(*self._window)
             new = window.add(trace_id, p, success) and moved is not success
         if new:  # a repeat of the label the window holds is not counted again
             self._cap.series(self.c_labelled, *pair, "success" if success else "failure").inc()
@@ -212,12 +167,8 @@ class PredictionMetrics:
         outcome it held (None: in none). A superseded evaluation only (rare: late spans), so
         a label pays no look-up in every window."""
         moved = None
-        windows = [*self._windows.items(), *((p, w) for p, (_, w) in self._restored.items())]
-        for other, window in windows:
+        for other, window in self._windows.items():
             if other != pair:
                 held = window.remove(trace_id)
                 moved = held if held is not None else moved
         return moved
-
-    def _new_window(self) -> RollingAuc:
-        return RollingAuc(*self._window)

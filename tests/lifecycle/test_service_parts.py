@@ -28,7 +28,7 @@ from otel_eval.app.service import Service
 COMMON = ["instance lock", "admin", "store", "spool"]
 TAIL = ["engine", "listeners", "spool replay", "otlp grpc", "otlp http", "readiness"]
 OFF = {"kafka.brokers": "", "judge.model": "", "export.events_endpoint": "",
-       "export.forward_endpoint": "", "issues.interval_s": 0.0, "prediction.model_path": ""}
+       "export.forward_endpoint": "", "issues.interval_s": 0.0}
 
 
 def _service(tmp_path: Path, **changes: Any) -> Service:
@@ -44,7 +44,7 @@ def _service(tmp_path: Path, **changes: Any) -> Service:
 
 
 @pytest.mark.parametrize(("changes", "parts", "sinks", "front"), [
-    ({}, ["event loop", "rolling auc", "admin api", "issues job", "retention", "ResultsPublisher",
+    ({}, ["event loop", "admin api", "issues job", "retention", "ResultsPublisher",
           "Forwarder", "EvaluationEvents", "JudgeStage", "feedback results owed",
           "session job", "issues runs",
           "kafka consumer"],

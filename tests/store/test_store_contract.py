@@ -587,15 +587,13 @@ def test_labelled_runs_carry_only_what_calibration_reads(store: EvaluationStore)
     for i in (1, 2, 3):
         store.put_feedback(f"{i:032x}", "success", i)
     found = store.labelled(10)
-    assert found == [  # with its trace id: serve's rolling AUC keeps one entry per trace
-        ("success", {"trace_id": f"{3:032x}", "service": "shop", "agent": "a3",
-                     "judge": {"judges": {}}}),
-        ("success", {"trace_id": f"{2:032x}", "service": "shop", "agent": "a2",
-                     "judge": {"judges": {}}, "prediction": {"p_success": True, "model": None}}),
-        ("success", {"trace_id": f"{1:032x}", "service": "shop", "agent": "a1",
-                     "judge": {"judges": {"trace": {"scores": {"trace": 0.25}},
-                                          "step": {"scores": None}, "odd": {"scores": None}}},
-                     "prediction": {"p_success": 0.75, "model": "m"}})]
+    assert found == [
+        ("success", {"service": "shop", "agent": "a3", "judge": {"judges": {}}}),
+        ("success", {"service": "shop", "agent": "a2", "judge": {"judges": {}},
+                     "prediction": {"p_success": True, "model": None}}),
+        ("success", {"service": "shop", "agent": "a1", "judge": {"judges": {
+            "trace": {"scores": {"trace": 0.25}}, "step": {"scores": None},
+            "odd": {"scores": None}}}, "prediction": {"p_success": 0.75, "model": "m"}})]
     assert scores_of(found[2][1]) == {"trace": 0.25, "p_success": 0.75}
 
 
