@@ -74,7 +74,6 @@ class RunsAt:
         run, _, after = key.rpartition(".")
         return cls(int(after), limit, run_ns, int(run) if run else None)
 
-
     def paged(self) -> str:
         """The clustering run the page is of, as an answer names it: the last, or the
         cursor's (which the last may no longer be)."""
